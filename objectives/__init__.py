@@ -1,0 +1,23 @@
+"""What one trial does: the training objectives and their parameters."""
+
+from __future__ import annotations
+
+from ._export import BUILTIN_MODELS, export_model
+from ._data import SYNTHETIC_CONCEPTS, check_data_dir
+from ._params import TEXTUAL_INVERSION_PARAMS, ParamRule, check_param, resolve_params
+from ._registry import BUILTIN_OBJECTIVES, ObjectiveSpec, check_plugin_importable, get_objective
+
+__all__ = [
+    "BUILTIN_MODELS",
+    "export_model",
+    "BUILTIN_OBJECTIVES",
+    "ObjectiveSpec",
+    "ParamRule",
+    "SYNTHETIC_CONCEPTS",
+    "TEXTUAL_INVERSION_PARAMS",
+    "check_data_dir",
+    "check_param",
+    "check_plugin_importable",
+    "get_objective",
+    "resolve_params",
+]

@@ -1,0 +1,123 @@
+"""Concept images: a deterministic synthetic set, or a user's folder of png/jpg files."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+TEMPLATES = (
+    "a photo of {}",
+    "a rendering of {}",
+    "a cropped photo of the {}",
+    "a close up photo of a {}",
+    "a bright photo of the {}",
+    "a good picture of {}",
+)
+VAL_TEMPLATE = "a photo of {}"
+
+
+@dataclass(frozen=True)
+class ConceptSet:
+    """Images as float arrays in [-1, 1], shape (3, R, R), split into train and held-out."""
+
+    names: tuple[str, ...]
+    train: tuple[tuple[np.ndarray, int], ...]  # (image, concept index)
+    val: tuple[tuple[np.ndarray, int], ...]
+
+    @property
+    def placeholders(self) -> tuple[str, ...]:
+        return tuple(f"<{name}>" for name in self.names)
+
+
+def _draw(kind: str, rng: np.random.Generator, res: int) -> np.ndarray:
+    yy, xx = np.mgrid[0:res, 0:res] / res
+    cx, cy = rng.uniform(0.35, 0.65, size=2)
+    size = rng.uniform(0.18, 0.3)
+    bg = rng.uniform(0.0, 0.25, size=3)
+    img = np.ones((3, res, res)) * bg[:, None, None]
+    if kind == "red-circle":
+        mask, color = (xx - cx) ** 2 + (yy - cy) ** 2 < size**2, (0.9, 0.1, 0.1)
+    elif kind == "green-square":
+        mask, color = (abs(xx - cx) < size) & (abs(yy - cy) < size), (0.1, 0.85, 0.2)
+    elif kind == "blue-stripes":
+        period = rng.uniform(0.15, 0.25)
+        mask, color = ((xx + yy * 0.3) / period % 1.0) < 0.5, (0.15, 0.2, 0.95)
+    else:  # yellow-ring
+        r2 = (xx - cx) ** 2 + (yy - cy) ** 2
+        mask, color = (r2 < size**2) & (r2 > (0.6 * size) ** 2), (0.95, 0.9, 0.1)
+    for c in range(3):
+        img[c][mask] = color[c]
+    img += rng.normal(0, 0.03, size=img.shape)
+    return (np.clip(img, 0, 1) * 2 - 1).astype(np.float32)
+
+
+SYNTHETIC_CONCEPTS = ("red-circle", "green-square", "blue-stripes")
+
+
+def synthetic_concepts(resolution: int, *, per_concept: int = 6, held_out: int = 2) -> ConceptSet:
+    """A few visually distinct concepts; the same images on every call (fixed seed)."""
+    rng = np.random.default_rng(20240601)
+    train, val = [], []
+    for ci, kind in enumerate(SYNTHETIC_CONCEPTS):
+        images = [_draw(kind, rng, resolution) for _ in range(per_concept + held_out)]
+        train += [(im, ci) for im in images[:per_concept]]
+        val += [(im, ci) for im in images[per_concept:]]
+    return ConceptSet(SYNTHETIC_CONCEPTS, tuple(train), tuple(val))
+
+
+def list_concept_images(root: Path) -> dict[str, list[Path]]:
+    """Concept name -> sorted image files. Subfolders are concepts; loose files one concept."""
+    groups: dict[str, list[Path]] = {}
+    loose = sorted(p for p in root.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    if loose:
+        groups[_token_name(root.name)] = loose
+    for sub in sorted(p for p in root.iterdir() if p.is_dir()):
+        files = sorted(p for p in sub.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        if files:
+            groups[_token_name(sub.name)] = files
+    return groups
+
+
+def _token_name(name: str) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in name.lower()).strip("-") or "concept"
+
+
+def folder_concepts(root: Path, resolution: int) -> ConceptSet:
+    """Every 4th image of a concept (at least one, when it has two) is held out."""
+    from PIL import Image
+
+    train, val = [], []
+    groups = list_concept_images(root)
+    for ci, files in enumerate(groups.values()):
+        for i, path in enumerate(files):
+            with Image.open(path) as im:
+                im = im.convert("RGB").resize((resolution, resolution), Image.BICUBIC)
+                arr = np.asarray(im, dtype=np.float32).transpose(2, 0, 1) / 127.5 - 1.0
+            held = len(files) >= 2 and (i % 4 == 3 or (len(files) < 4 and i == len(files) - 1))
+            (val if held else train).append((arr, ci))
+    return ConceptSet(tuple(groups), tuple(train), tuple(val))
+
+
+def check_data_dir(value: str) -> str | None:
+    """Why `--data DIR` is unusable, or None. Cheap: no torch, opens each image header."""
+    root = Path(value)
+    if not root.is_dir():
+        return f"--data {value!r}: not a directory"
+    groups = list_concept_images(root)
+    if not groups:
+        return f"--data {value!r}: no .png/.jpg images in it or its subfolders"
+    from PIL import Image, UnidentifiedImageError
+
+    for files in groups.values():
+        for path in files:
+            try:
+                with Image.open(path) as im:
+                    im.verify()
+            except (OSError, UnidentifiedImageError) as exc:
+                return f"--data {value!r}: unreadable image {path.name!r} ({exc.__class__.__name__})"
+    if sum(len(f) for f in groups.values()) < 2:
+        return f"--data {value!r}: needs at least 2 images (one is held out for validation)"
+    return None

@@ -1,0 +1,85 @@
+"""Parameters of the built-in textual_inversion objective: defaults and rules, no torch.
+
+Validation runs in the CLI before Ray starts or a model loads, on the fixed values and on
+both bounds (or every choice) of the sampled ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ParamRule:
+    default: Any
+    kind: type
+    rule: str  # the rule, as an error message states it
+    ok: Callable[[Any], bool]
+    doc: str
+
+
+def _int_ge(n: int) -> Callable[[Any], bool]:
+    return lambda v: v >= n
+
+
+def _init_from_ok(v: Any) -> bool:
+    return v == "random" or (isinstance(v, str) and v.startswith("word:") and len(v) > 5)
+
+
+TEXTUAL_INVERSION_PARAMS: dict[str, ParamRule] = {
+    "steps": ParamRule(80, int, "an int >= 1", _int_ge(1), "optimizer steps"),
+    "lr": ParamRule(5e-3, float, "a float > 0", lambda v: v > 0, "peak learning rate (AdamW)"),
+    "batch_size": ParamRule(4, int, "an int >= 1", _int_ge(1), "samples per step"),
+    "resolution": ParamRule(
+        0, int, "0 (the model's own) or a multiple of 8 >= 8", lambda v: v == 0 or (v >= 8 and v % 8 == 0),
+        "image size in pixels; 0 = the model's native size",
+    ),
+    "seed": ParamRule(0, int, "an int >= 0", _int_ge(0), "seeds init, batches and noise of a trial"),
+    "warmup_steps": ParamRule(
+        0, int, "an int >= 0", _int_ge(0), "linear LR warmup steps (constant afterwards)"
+    ),
+    "init_std": ParamRule(
+        0.02, float, "a float > 0", lambda v: v > 0, "std of the N(0, std^2) init of concept rows"
+    ),
+    "init_from": ParamRule(
+        "random", str, "'random' or 'word:WORD'", _init_from_ok,
+        "concept rows start random (init_std) or as a copy of WORD's row",
+    ),
+    "num_vectors": ParamRule(
+        1, int, "an int >= 1", _int_ge(1), "embedding vectors (tokens) per concept"
+    ),
+}
+
+
+def _coerce(rule: ParamRule, value: Any) -> Any:
+    if rule.kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def check_param(name: str, value: Any, *, known: Mapping[str, ParamRule]) -> str | None:
+    """Why `name=value` is not allowed, or None."""
+    if name not in known:
+        return f"unknown parameter {name!r} (known: {', '.join(sorted(known))})"
+    rule = known[name]
+    value = _coerce(rule, value)
+    if isinstance(value, bool) or not isinstance(value, rule.kind):
+        return f"{name} must be {rule.rule}, got {value!r}"
+    if not rule.ok(value):
+        return f"{name} must be {rule.rule}, got {value!r}"
+    return None
+
+
+def resolve_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Defaults filled in, types coerced; raises ValueError naming the first bad entry."""
+    out: dict[str, Any] = {}
+    for name, value in params.items():
+        err = check_param(name, value, known=TEXTUAL_INVERSION_PARAMS)
+        if err:
+            raise ValueError(err)
+        out[name] = _coerce(TEXTUAL_INVERSION_PARAMS[name], value)
+    for name, rule in TEXTUAL_INVERSION_PARAMS.items():
+        out.setdefault(name, rule.default)
+    return out

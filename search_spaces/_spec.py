@@ -1,0 +1,233 @@
+"""A search space is data: YAML -> one pure function -> frozen dataclasses.
+
+`parse_space` imports nothing heavy; Optuna distributions are built on demand.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+TOP_KEYS = ("name", "description", "objective", "trials", "params", "fixed", "hypotheses")
+NUMERIC_KEYS = ("type", "low", "high", "log", "step")
+LAWS = ("power",)
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class SpaceError(ValueError):
+    """A bad search space; the message names the file, the key and the value."""
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    name: str
+    type: str  # float | int | categorical
+    low: float | int | None = None
+    high: float | int | None = None
+    log: bool = False
+    step: float | int | None = None
+    choices: tuple[Any, ...] = ()
+
+    @property
+    def numeric(self) -> bool:
+        return self.type != "categorical"
+
+    def extremes(self) -> tuple[Any, ...]:
+        """The values an objective's rules must accept: both bounds, or every choice."""
+        return self.choices if not self.numeric else (self.low, self.high)
+
+    def to_distribution(self) -> Any:
+        import optuna.distributions as d
+
+        if self.type == "float":
+            return d.FloatDistribution(self.low, self.high, log=self.log, step=self.step)
+        if self.type == "int":
+            return d.IntDistribution(self.low, self.high, log=self.log, step=self.step or 1)
+        return d.CategoricalDistribution(self.choices)
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    x: str
+    y: str
+    law: str
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    name: str
+    description: str
+    objective: str | None
+    trials: int | None
+    params: tuple[ParamSpec, ...]
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    hypotheses: tuple[Hypothesis, ...] = ()
+    source: str = "<memory>"
+
+    def distributions(self) -> dict[str, Any]:
+        return {p.name: p.to_distribution() for p in self.params}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "objective": self.objective,
+            "trials": self.trials,
+            "params": {p.name: _param_dict(p) for p in self.params},
+            "fixed": dict(self.fixed),
+            "hypotheses": [{"x": h.x, "y": h.y, "law": h.law} for h in self.hypotheses],
+        }
+
+
+def _param_dict(p: ParamSpec) -> dict[str, Any]:
+    if not p.numeric:
+        return {"type": p.type, "choices": list(p.choices)}
+    out: dict[str, Any] = {"type": p.type, "low": p.low, "high": p.high}
+    if p.log:
+        out["log"] = True
+    if p.step is not None:
+        out["step"] = p.step
+    return out
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _parse_param(name: str, spec: Any, err: Any) -> ParamSpec:
+    key = f"params.{name}"
+    if not isinstance(spec, Mapping):
+        raise err(key, spec, "must be a mapping with a 'type'")
+    kind = spec.get("type")
+    if kind not in ("float", "int", "categorical"):
+        raise err(f"{key}.type", kind, "must be one of float, int, categorical")
+    allowed = ("type", "choices") if kind == "categorical" else NUMERIC_KEYS
+    for k in spec:
+        if k not in allowed:
+            raise err(f"{key}.{k}", spec[k], f"is not a key of a {kind} param (allowed: {', '.join(allowed)})")
+    if kind == "categorical":
+        choices = spec.get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise err(f"{key}.choices", choices, "must be a non-empty list")
+        for c in choices:
+            if not (c is None or isinstance(c, (str, int, float, bool))):
+                raise err(f"{key}.choices", c, "each choice must be a string, number, bool or null")
+        if len(set(map(repr, choices))) != len(choices):
+            raise err(f"{key}.choices", choices, "must not repeat a choice")
+        return ParamSpec(name, kind, choices=tuple(choices))
+    for bound in ("low", "high"):
+        v = spec.get(bound)
+        if not _is_number(v) or (kind == "int" and not isinstance(v, int)):
+            raise err(f"{key}.{bound}", v, f"must be {'an int' if kind == 'int' else 'a finite number'}")
+    low, high = spec["low"], spec["high"]
+    if low >= high:
+        raise err(f"{key}.low", low, f"must be < high ({high}); a single value belongs in fixed")
+    log = spec.get("log", False)
+    if not isinstance(log, bool):
+        raise err(f"{key}.log", log, "must be true or false")
+    if log and low <= 0:
+        raise err(f"{key}.low", low, "must be > 0 when log=true")
+    step = spec.get("step")
+    if step is not None:
+        if not _is_number(step) or step <= 0 or (kind == "int" and not isinstance(step, int)):
+            raise err(f"{key}.step", step, f"must be a positive {'int' if kind == 'int' else 'number'}")
+        if log:
+            raise err(f"{key}.step", step, "cannot be combined with log=true")
+    if kind == "float":
+        low, high = float(low), float(high)
+        step = float(step) if step is not None else None
+    return ParamSpec(name, kind, low=low, high=high, log=log, step=step)
+
+
+def parse_space(data: Any, *, source: str) -> SearchSpace:
+    """Validate a loaded YAML document; raise SpaceError naming source, key and value."""
+
+    def err(key: str, value: Any, rule: str) -> SpaceError:
+        return SpaceError(f"{source}: {key}={value!r}: {rule}")
+
+    if not isinstance(data, Mapping):
+        raise err("<top>", type(data).__name__, "a search space must be a YAML mapping")
+    for k in data:
+        if k not in TOP_KEYS:
+            raise err(str(k), data[k], f"unknown key (allowed: {', '.join(TOP_KEYS)})")
+    name = data.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise err("name", name, "must be a non-empty name of letters, digits, '_', '.', '-'")
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        raise err("description", description, "must be a string")
+    objective = data.get("objective")
+    if objective is not None and (not isinstance(objective, str) or not objective):
+        raise err("objective", objective, "must be a built-in name or module:function")
+    trials = data.get("trials")
+    if trials is not None and (not isinstance(trials, int) or isinstance(trials, bool) or trials < 1):
+        raise err("trials", trials, "must be an int >= 1")
+    raw_params = data.get("params")
+    if not isinstance(raw_params, Mapping) or not raw_params:
+        raise err("params", raw_params, "must be a non-empty mapping of parameter name -> spec")
+    params = tuple(_parse_param(str(n), s, err) for n, s in raw_params.items())
+    fixed = data.get("fixed") or {}
+    if not isinstance(fixed, Mapping):
+        raise err("fixed", fixed, "must be a mapping of parameter name -> value")
+    for k, v in fixed.items():
+        if k in raw_params:
+            raise err(f"fixed.{k}", v, "is also in params; a parameter is either sampled or fixed")
+        if not (v is None or isinstance(v, (str, int, float, bool, list))):
+            raise err(f"fixed.{k}", v, "must be a scalar or a list")
+    by_name = {p.name: p for p in params}
+    hypotheses = []
+    raw_h = data.get("hypotheses") or []
+    if not isinstance(raw_h, list):
+        raise err("hypotheses", raw_h, "must be a list of {x, y, law}")
+    for i, h in enumerate(raw_h):
+        if not isinstance(h, Mapping) or set(h) != {"x", "y", "law"}:
+            raise err(f"hypotheses[{i}]", h, "must be a mapping with exactly x, y and law")
+        for axis in ("x", "y"):
+            p = by_name.get(h[axis])
+            if p is None or not p.numeric:
+                raise err(f"hypotheses[{i}].{axis}", h[axis], "must name a numeric param of this space")
+        if h["law"] not in LAWS:
+            raise err(f"hypotheses[{i}].law", h["law"], f"must be one of {', '.join(LAWS)}")
+        hypotheses.append(Hypothesis(h["x"], h["y"], h["law"]))
+    return SearchSpace(
+        name=name, description=description, objective=objective, trials=trials,
+        params=params, fixed=dict(fixed), hypotheses=tuple(hypotheses), source=source,
+    )
+
+
+def builtin_space_names() -> list[str]:
+    return sorted(p.name[:-5] for p in resources.files("search_spaces").iterdir() if p.name.endswith(".yaml"))
+
+
+def load_space(ref: str) -> SearchSpace:
+    """A built-in name (see builtin_space_names) or a path to a YAML file."""
+    path = Path(ref)
+    if ref in builtin_space_names() and not path.exists():
+        text = resources.files("search_spaces").joinpath(f"{ref}.yaml").read_text()
+        source = f"<built-in {ref}>"
+    elif path.is_file():
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SpaceError(f"{ref}: cannot read ({exc.__class__.__name__})") from None
+        source = str(path)
+    else:
+        raise SpaceError(
+            f"search space {ref!r}: no such file and no built-in of that name "
+            f"(built-ins: {', '.join(builtin_space_names())})"
+        )
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or exc.__class__.__name__
+        raise SpaceError(f"{source}: malformed YAML{where}: {problem}") from None
+    return parse_space(data, source=source)

@@ -1,0 +1,7 @@
+import sys
+
+from sweeps._cli import cli
+
+cli()
+
+

@@ -1,0 +1,339 @@
+"""`csweep`: every input is checked before Ray starts, a model loads or storage is touched."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from search_spaces import SearchSpace, SpaceError, builtin_space_names, load_space
+
+from ._study import SAMPLERS
+
+DEFAULT_WORKDIR = "./csweep_runs"
+DEFAULT_OBJECTIVE = "textual_inversion"
+DEFAULT_TRIALS = 20
+STORAGE_DIALECTS = ("sqlite", "postgresql", "mysql")
+TRACKING_SCHEMES = ("sqlite", "postgresql", "mysql", "http", "https", "file", "databricks")
+
+
+class UsageError(Exception):
+    """Bad input: one line on stderr, exit status 2, nothing written."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        print(f"csweep: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _positive_int(name: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an int >= 1, got {text!r}") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{name} must be an int >= 1, got {value}")
+        return value
+
+    return parse
+
+
+def _positive_float(name: str, *, zero_ok: bool = False):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
+        if value < 0 or (value == 0 and not zero_ok) or value != value:
+            raise argparse.ArgumentTypeError(f"{name} must be {'>= 0' if zero_ok else '> 0'}, got {text}")
+        return value
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="csweep", description="Hyperparameter coupling sweeps for SD embeddings and LoRAs.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--workdir", default=DEFAULT_WORKDIR, help="[./csweep_runs]")
+        sp.add_argument("--storage", help="Optuna storage URL [sqlite:///WORKDIR/optuna.db]")
+        sp.add_argument("--tracking-uri", help="MLflow tracking URI [sqlite:///WORKDIR/mlflow.db]")
+
+    run = sub.add_parser("run", help="run a sweep over a search space")
+    run.add_argument("space", help="a built-in space name (csweep spaces) or a YAML file")
+    run.add_argument("--trials", type=_positive_int("--trials"), help="trials to add [the space's, else 20]")
+    run.add_argument("--workers", type=_positive_int("--workers"), default=1, help="trials in flight [1]")
+    run.add_argument("--study", help="study name [the space's name]")
+    common(run)
+    run.add_argument("--ray-address", help="join a running Ray cluster [start a local one]")
+    run.add_argument("--sampler", choices=SAMPLERS, default="tpe")
+    run.add_argument("--seed", type=int, help="sampler seed: the same seed samples the same sequence")
+    run.add_argument("--model", default="tiny", help="tiny or a local diffusers folder [tiny]")
+    run.add_argument("--data", help="folder of concept images [synthetic concepts]")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                     help="override a fixed parameter (repeatable)")
+    run.add_argument("--objective", help="built-in name or module:function [the space's]")
+    run.add_argument("--max-mem-mb", type=_positive_float("--max-mem-mb"),
+                     help="memory budget; trials above it are infeasible")
+    run.add_argument("--cpus-per-trial", type=_positive_float("--cpus-per-trial"), default=1.0)
+    run.add_argument("--gpus-per-trial", type=_positive_float("--gpus-per-trial", zero_ok=True),
+                     help="[1 when the cluster has GPUs, else 0]")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    rep = sub.add_parser("report", help="(re)write the reports of a study from its storage")
+    rep.add_argument("study")
+    common(rep)
+
+    sub.add_parser("spaces", help="list the built-in search spaces")
+
+    ui = sub.add_parser("ui", help="start the MLflow UI for a workdir on 127.0.0.1")
+    ui.add_argument("--workdir", default=DEFAULT_WORKDIR)
+    ui.add_argument("--tracking-uri")
+    ui.add_argument("--host", default="127.0.0.1")
+    ui.add_argument("--port", type=int, default=5000)
+
+    exp = sub.add_parser("export-model", help="write a built-in model as a diffusers folder")
+    exp.add_argument("model", choices=("tiny",))
+    exp.add_argument("directory")
+    return p
+
+
+# --- checks (cheap: no torch, no Ray, nothing written) ------------------------------------
+def default_storage(workdir: Path) -> str:
+    return f"sqlite:///{(workdir / 'optuna.db').resolve()}"
+
+
+def default_tracking(workdir: Path) -> str:
+    return f"sqlite:///{(workdir / 'mlflow.db').resolve()}"
+
+
+def check_storage_url(url: str) -> None:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise UsageError(f"--storage {url!r}: not a database URL (e.g. sqlite:///optuna.db, postgresql://...)") from None
+    dialect = parsed.get_backend_name()
+    if dialect not in STORAGE_DIALECTS:
+        raise UsageError(f"--storage {url!r}: dialect {dialect!r} is not one of {', '.join(STORAGE_DIALECTS)}")
+    if dialect == "sqlite" and parsed.database and parsed.database != ":memory:":
+        parent = Path(parsed.database).expanduser().resolve().parent
+        if not parent.is_dir():
+            raise UsageError(f"--storage {url!r}: folder {str(parent)!r} does not exist")
+
+
+def check_tracking_uri(uri: str) -> None:
+    scheme = uri.split(":", 1)[0].split("+", 1)[0] if "://" in uri or uri.startswith("file:") else ""
+    if scheme not in TRACKING_SCHEMES:
+        raise UsageError(f"--tracking-uri {uri!r}: scheme must be one of {', '.join(TRACKING_SCHEMES)}")
+
+
+def check_model(value: str) -> None:
+    if value in ("tiny",):
+        return
+    path = Path(value)
+    if not path.is_dir():
+        raise UsageError(f"--model {value!r}: neither 'tiny' nor a directory")
+    missing = [n for n in ("model_index.json", "unet", "vae", "text_encoder", "tokenizer", "scheduler")
+               if not (path / n).exists()]
+    if missing:
+        raise UsageError(f"--model {value!r}: not a diffusers folder (missing {', '.join(missing)})")
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--set {item!r}: must be KEY=VALUE")
+        try:
+            out[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            out[key.strip()] = raw
+    return out
+
+
+def check_objective_params(space: SearchSpace, fixed: dict[str, Any], objective: Any) -> None:
+    from objectives import check_param
+
+    if objective.params is None:
+        return
+    for name, value in fixed.items():
+        err = check_param(name, value, known=objective.params)
+        if err:
+            raise UsageError(f"{space.source}: fixed.{name}: {err}")
+    for p in space.params:
+        for value in p.extremes():
+            err = check_param(p.name, value, known=objective.params)
+            if err:
+                raise UsageError(f"{space.source}: params.{p.name}: {err}")
+
+
+def _load_space(ref: str) -> SearchSpace:
+    try:
+        return load_space(ref)
+    except SpaceError as exc:
+        raise UsageError(str(exc)) from None
+
+
+# --- commands ----------------------------------------------------------------------------
+def cmd_run(a: argparse.Namespace) -> int:
+    from objectives import check_data_dir, check_plugin_importable, get_objective
+
+    space = _load_space(a.space)
+    objective_name = a.objective or space.objective or DEFAULT_OBJECTIVE
+    try:
+        objective = get_objective(objective_name)
+    except ValueError as exc:
+        raise UsageError(f"--objective: {exc}") from None
+    sys.path.insert(0, os.getcwd())
+    err = check_plugin_importable(objective)
+    if err:
+        raise UsageError(err)
+    overrides = parse_overrides(a.overrides)
+    sampled = {p.name for p in space.params}
+    for key in overrides:
+        if key in sampled:
+            raise UsageError(f"--set {key}: {key!r} is sampled by the space; only fixed parameters can be set")
+    fixed = {**space.fixed, **overrides}
+    check_objective_params(space, fixed, objective)
+    check_model(a.model)
+    if a.data is not None:
+        err = check_data_dir(a.data)
+        if err:
+            raise UsageError(err)
+    workdir = Path(a.workdir).expanduser()
+    storage = a.storage or default_storage(workdir)
+    if a.storage:
+        check_storage_url(storage)
+    tracking = a.tracking_uri or default_tracking(workdir)
+    check_tracking_uri(tracking)
+    study_name = a.study or space.name
+
+    from ._runner import RunConfig, run_sweep
+    from ._study import StudyMismatch, existing_directions, make_storage
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    if a.storage:
+        try:
+            dirs = existing_directions(make_storage(storage), study_name)
+        except Exception as exc:  # noqa: BLE001 - an unreachable database is bad input
+            raise UsageError(f"--storage {_redacted(storage)}: cannot connect ({exc.__class__.__name__})") from None
+        if dirs is not None and dirs != ["minimize", "minimize"]:
+            raise UsageError(str(StudyMismatch(f"study {study_name!r} exists with directions {dirs}; "
+                                               "csweep studies minimize [val_loss, peak_mem_mb]")))
+    cfg = RunConfig(
+        space=space, study_name=study_name, trials=a.trials or space.trials or DEFAULT_TRIALS,
+        workers=a.workers, workdir=workdir, storage=storage, tracking_uri=tracking,
+        objective=objective_name, builtin=objective.builtin, fixed=fixed, model=a.model,
+        data=str(Path(a.data).resolve()) if a.data else None, sampler=a.sampler, seed=a.seed,
+        ray_address=a.ray_address, cpus_per_trial=a.cpus_per_trial, gpus_per_trial=a.gpus_per_trial,
+        max_mem_mb=a.max_mem_mb, progress=not a.no_progress,
+        artifact_root=(workdir / "mlartifacts") if a.tracking_uri is None else None,
+    )
+    try:
+        out = run_sweep(cfg)
+    except StudyMismatch as exc:
+        raise UsageError(str(exc)) from None
+    print(f"study {out.study_name}: {out.completed} completed, {out.failed} failed"
+          + (" (interrupted)" if out.interrupted else ""))
+    print(f"reports: {out.report_dir}")
+    print(f"MLflow:  csweep ui --workdir {workdir}" if a.tracking_uri is None
+          else f"MLflow:  {_redacted(tracking)} (parent run {out.parent_run_id})")
+    return 130 if out.interrupted else 0
+
+
+def _redacted(uri: str) -> str:
+    from ._tracking import redact
+
+    return redact(uri)
+
+
+def cmd_report(a: argparse.Namespace) -> int:
+    workdir = Path(a.workdir).expanduser()
+    storage = a.storage or default_storage(workdir)
+    check_storage_url(storage)
+    if a.storage is None and not (workdir / "optuna.db").is_file():
+        raise UsageError(f"study {a.study!r}: no storage at {workdir / 'optuna.db'} (wrong --workdir?)")
+    from ._study import existing_directions, make_storage
+
+    st = make_storage(storage)
+    if existing_directions(st, a.study) is None:
+        raise UsageError(f"study {a.study!r}: not in storage {_redacted(storage)}")
+    import optuna
+
+    from ._runner import write_study_reports
+    from ._tracking import PARENT_RUN_ATTR, Tracker
+
+    study = optuna.load_study(study_name=a.study, storage=st)
+    tracking = a.tracking_uri or default_tracking(workdir)
+    parent = study.user_attrs.get(PARENT_RUN_ATTR)
+    tracker = Tracker(tracking, a.study, artifact_root=workdir / "mlartifacts") if parent else None
+    out = write_study_reports(study, workdir, tracker, parent)
+    print(f"reports: {out}")
+    return 0
+
+
+def cmd_spaces(a: argparse.Namespace) -> int:
+    for name in builtin_space_names():
+        space = load_space(name)
+        print(f"{name:<14} {space.description}")
+    return 0
+
+
+def cmd_ui(a: argparse.Namespace) -> int:
+    workdir = Path(a.workdir).expanduser()
+    tracking = a.tracking_uri or default_tracking(workdir)
+    if a.tracking_uri is None and not (workdir / "mlflow.db").is_file():
+        raise UsageError(f"--workdir {str(workdir)!r}: no mlflow.db there (run a sweep first)")
+    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking,
+           "--host", a.host, "--port", str(a.port)]
+    if a.tracking_uri is None:
+        cmd += ["--default-artifact-root", (workdir / "mlartifacts").resolve().as_uri()]
+    print(f"MLflow UI: http://{a.host}:{a.port}  (Ctrl-C to stop)", flush=True)
+    os.execv(sys.executable, cmd)
+    return 0  # not reached
+
+
+def cmd_export_model(a: argparse.Namespace) -> int:
+    target = Path(a.directory)
+    if target.exists() and any(target.iterdir()):
+        raise UsageError(f"export-model: {str(target)!r} exists and is not empty")
+    from objectives import export_model
+
+    export_model(a.model, target)
+    print(f"wrote {a.model} model to {target}")
+    return 0
+
+
+COMMANDS = {
+    "run": cmd_run, "report": cmd_report, "spaces": cmd_spaces, "ui": cmd_ui,
+    "export-model": cmd_export_model,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except UsageError as exc:
+        print(f"csweep: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("csweep: interrupted", file=sys.stderr)
+        return 130
+
+
+def cli() -> None:
+    """Console-script entry point."""
+    sys.exit(main())

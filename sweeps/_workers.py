@@ -1,0 +1,128 @@
+"""Ray workers: long-lived actors that keep the base model warm across trials."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+import traceback
+from collections.abc import Mapping
+from typing import Any
+
+REQUIRED = ("val_loss", "peak_mem_mb")
+
+
+def _node_id() -> str:
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+    except Exception:  # noqa: BLE001 - outside Ray (tests calling run_trial directly)
+        return "local"
+
+
+def normalize_result(raw: Any) -> dict[str, Any]:
+    """Split an objective's return value into metrics / history / tags / artifacts.
+
+    Raises ValueError when it is not a mapping with finite val_loss and peak_mem_mb.
+    """
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"objective returned {type(raw).__name__}, expected a mapping")
+    metrics: dict[str, float] = {}
+    for key, value in raw.items():
+        if key in ("history", "tags", "embeddings", "artifacts"):
+            continue
+        try:
+            metrics[str(key)] = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"objective returned non-numeric {key}={value!r}") from None
+    for key in REQUIRED:
+        if key not in metrics:
+            raise ValueError(f"objective result lacks {key!r} (got {sorted(metrics)})")
+        if not math.isfinite(metrics[key]):
+            raise ValueError(f"objective returned non-finite {key}={metrics[key]}")
+    artifacts = dict(raw.get("artifacts", {}))
+    if raw.get("embeddings"):
+        from safetensors.torch import save
+
+        embeds = {k: v.contiguous() for k, v in raw["embeddings"].items()}
+        artifacts["learned_embeds.safetensors"] = save(embeds)
+    return {
+        "metrics": metrics,
+        "history": {k: [float(x) for x in v] for k, v in dict(raw.get("history", {})).items()},
+        "tags": {k: str(v) for k, v in dict(raw.get("tags", {})).items()},
+        "artifacts": artifacts,
+    }
+
+
+def run_trial(
+    objective: str, builtin: bool, params: Mapping[str, Any], *, model: str, data: str | None
+) -> dict[str, Any]:
+    """Run one trial in this process; never raises (a failure is a result)."""
+    import importlib
+
+    started = time.perf_counter()
+    try:
+        module, _, func = objective.partition(":")
+        fn = getattr(importlib.import_module(module), func)
+        raw = fn(dict(params), model=model, data=data) if builtin else fn(dict(params))
+        out = {"ok": True, **normalize_result(raw)}
+    except Exception as exc:  # noqa: BLE001 - any failure of a trial is recorded, not raised
+        out = {
+            "ok": False,
+            "error": f"{exc.__class__.__name__}: {exc}"[:2000],
+            "traceback": traceback.format_exc()[-4000:],
+        }
+    out["node_id"] = _node_id()
+    out["seconds"] = time.perf_counter() - started
+    return out
+
+
+class TrialWorker:
+    """One per in-flight trial; the base model is built on first use and then reused."""
+
+    def __init__(self, objective: str, builtin: bool, model: str, data: str | None) -> None:
+        self.objective, self.builtin, self.model, self.data = objective, builtin, model, data
+        self.trials_run = 0
+
+    def ping(self) -> dict[str, Any]:
+        return {"node_id": _node_id(), "pid": os.getpid(), "trials_run": self.trials_run}
+
+    def run(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        self.trials_run += 1
+        out = run_trial(self.objective, self.builtin, params, model=self.model, data=self.data)
+        out["worker_pid"] = os.getpid()
+        out["worker_trial_index"] = self.trials_run
+        return out
+
+
+def start_ray(address: str | None, *, num_cpus: int, runtime_env: dict[str, Any]) -> None:
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if ray.is_initialized():
+        return
+    if address:
+        ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level="error")
+    else:
+        ray.init(
+            num_cpus=num_cpus, include_dashboard=False, runtime_env=runtime_env,
+            log_to_driver=False, logging_level="error", _node_ip_address="127.0.0.1",
+            object_store_memory=128 * 1024 * 1024,
+        )
+
+
+def local_runtime_env() -> dict[str, Any]:
+    """Let workers import what the driver imports: its cwd and sys.path."""
+    prefixes = (sys.prefix, sys.base_prefix)
+    paths = [os.getcwd()] + [
+        p for p in sys.path if p and os.path.isdir(p) and not p.startswith(prefixes)
+    ]
+    return {"env_vars": {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}}
+
+
+def make_worker(options: Mapping[str, Any], *args: Any) -> Any:
+    import ray
+
+    return ray.remote(TrialWorker).options(**options).remote(*args)
