@@ -262,8 +262,9 @@ def _redacted(uri: str) -> str:
 def cmd_report(a: argparse.Namespace) -> int:
     workdir = Path(a.workdir).expanduser()
     storage = a.storage or default_storage(workdir)
-    check_storage_url(storage)
-    if a.storage is None and not (workdir / "optuna.db").is_file():
+    if a.storage:
+        check_storage_url(storage)
+    elif not (workdir / "optuna.db").is_file():
         raise UsageError(f"study {a.study!r}: no storage at {workdir / 'optuna.db'} (wrong --workdir?)")
     from ._study import existing_directions, make_storage
 

@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args: str, cwd: Path, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run `python -m sweeps ARGS` the way a user runs `csweep ARGS`."""
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "sweeps", *args], cwd=cwd, capture_output=True, text=True,
+        timeout=timeout, env=full_env, stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.fixture(scope="session")
+def cli():
+    return run_cli
+
+
+ANALYTIC_OBJECTIVE = '''
+import math
+
+def objective(params):
+    x, y = params["x"], params["y"]
+    if params.get("fail_above") is not None and x > params["fail_above"]:
+        raise RuntimeError(f"planted failure at x={x:.3f}")
+    return {"val_loss": (x - 0.3) ** 2 + (y - 0.5) ** 2, "peak_mem_mb": 100 * x + 10 * y, "extra": x * y}
+'''
+
+ANALYTIC_SPACE = """
+name: analytic
+description: a fast analytic objective
+objective: userobj:objective
+trials: 6
+params:
+  x: {type: float, low: 0.0, high: 1.0}
+  y: {type: float, low: 0.0, high: 1.0}
+fixed:
+  fail_above: null
+"""
+
+
+@pytest.fixture
+def analytic_project(tmp_path: Path) -> Path:
+    """A user's working directory with a plug-in objective module and a space file."""
+    (tmp_path / "userobj.py").write_text(ANALYTIC_OBJECTIVE)
+    (tmp_path / "analytic.yaml").write_text(ANALYTIC_SPACE)
+    return tmp_path

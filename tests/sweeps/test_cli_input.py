@@ -1,0 +1,106 @@
+"""Bad input: one line naming the thing and the rule, exit 2, nothing written, fast."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+GOOD_SPACE = "name: s\nparams:\n  init_std: {type: float, low: 0.001, high: 0.3, log: true}\n"
+
+BAD = [
+    # (files to write, argv, words the message must hold)
+    ({"s.yaml": "name: s\nparams: [\n"}, ["run", "s.yaml"], ["s.yaml", "malformed YAML"]),
+    ({}, ["run", "nope"], ["'nope'", "built-ins"]),
+    ({"s.yaml": "name: s\nparams:\n  a: {type: uniform, low: 0, high: 1}\n"}, ["run", "s.yaml"],
+     ["params.a.type", "'uniform'"]),
+    ({"s.yaml": "name: s\nparams:\n  init_std: {type: float, low: 0.5, high: 0.1}\n"}, ["run", "s.yaml"],
+     ["params.init_std.low", "0.5", "< high"]),
+    ({"s.yaml": "name: s\nparams:\n  init_std: {type: float, low: 0, high: 1, log: true}\n"},
+     ["run", "s.yaml"], ["params.init_std.low", "log=true"]),
+    ({"s.yaml": "name: s\nparams:\n  freeze: {type: categorical, choices: []}\n"}, ["run", "s.yaml"],
+     ["params.freeze.choices", "non-empty"]),
+    ({"s.yaml": GOOD_SPACE + "fixed:\n  bogus_knob: 3\n"}, ["run", "s.yaml"],
+     ["fixed.bogus_knob", "unknown parameter"]),
+    ({"s.yaml": GOOD_SPACE + "fixed:\n  steps: 0\n"}, ["run", "s.yaml"], ["steps must be an int >= 1", "0"]),
+    ({"s.yaml": "name: s\nparams:\n  init_std: {type: float, low: -1.0, high: 0.3}\n"}, ["run", "s.yaml"],
+     ["params.init_std", "init_std must be a float > 0", "-1.0"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--set", "lr=-1"], ["lr must be a float > 0"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--set", "init_std=0.1"], ["init_std", "sampled"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--workers", "0"], ["--workers", ">= 1"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--data", "missing_dir"], ["--data", "not a directory"]),
+    ({"s.yaml": GOOD_SPACE, "empty/readme.txt": "x"}, ["run", "s.yaml", "--data", "empty"],
+     ["--data", "no .png/.jpg"]),
+    ({"s.yaml": GOOD_SPACE, "imgs/a.png": "not a png", "imgs/b.png": "x"}, ["run", "s.yaml", "--data", "imgs"],
+     ["unreadable image", "a.png"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--model", "no/such/model"], ["--model", "neither 'tiny'"]),
+    ({"s.yaml": GOOD_SPACE, "fake/model_index.json": "{}"}, ["run", "s.yaml", "--model", "fake"],
+     ["--model", "not a diffusers folder", "unet"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--storage", "notaurl"], ["--storage", "not a database URL"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--storage", "oracle://x/y"], ["--storage", "dialect"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--tracking-uri", "ftp://x"], ["--tracking-uri", "scheme"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--objective", "nomodule_xyz:fn"],
+     ["nomodule_xyz", "cannot import"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--objective", "not-an-objective"], ["module:function"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--sampler", "bayes"], ["--sampler", "bayes"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--max-mem-mb", "-5"], ["--max-mem-mb", "> 0"]),
+    ({}, ["report", "nostudy"], ["'nostudy'", "no storage"]),
+]
+
+
+@pytest.mark.parametrize("files,argv,words", BAD, ids=[" ".join(b[1]) for b in BAD])
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, files, argv, words):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    # run in-process so we can see which heavy modules a bad input made us import
+    code = (
+        "import sys; from sweeps._cli import main; rc = main(sys.argv[1:]); "
+        "heavy = [m for m in ('torch', 'ray', 'diffusers', 'mlflow') if m in sys.modules]; "
+        "print('HEAVY', heavy); sys.exit(rc)"
+    )
+    started = time.perf_counter()
+    res = subprocess.run([sys.executable, "-c", code, *argv], cwd=tmp_path, capture_output=True, text=True,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    elapsed = time.perf_counter() - started
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("csweep: error: ")
+    for w in words:
+        assert w in lines[0]
+    assert "Traceback" not in res.stderr
+    if "HEAVY" in res.stdout:
+        assert "HEAVY []" in res.stdout
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    assert elapsed < 2.0 or "--storage" in argv
+
+
+def test_study_with_other_directions_is_refused(tmp_path, cli):
+    import optuna
+
+    url = f"sqlite:///{tmp_path / 'o.db'}"
+    optuna.create_study(study_name="s", storage=url, directions=["maximize"])
+    (tmp_path / "s.yaml").write_text(GOOD_SPACE)
+    res = cli("run", "s.yaml", "--storage", url, "--workdir", "wd", cwd=tmp_path)
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        "csweep: error: study 's' exists with directions ['maximize']; csweep studies minimize "
+        "[val_loss, peak_mem_mb]"
+    ]
+
+
+def test_spaces_lists_builtins_without_heavy_imports(tmp_path):
+    code = "import sys; from sweeps._cli import main; main(['spaces']); print('torch' in sys.modules)"
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert res.returncode == 0
+    assert res.stdout.splitlines()[0].startswith("warmup_init ")
+    assert res.stdout.splitlines()[-1] == "False"

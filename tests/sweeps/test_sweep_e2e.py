@@ -1,0 +1,147 @@
+"""End to end, as a user runs it: `csweep run` on Ray workers, Optuna storage, MLflow, reports."""
+
+from __future__ import annotations
+
+import optuna
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+
+STEPS = 8
+
+
+def non_dominated(df: pd.DataFrame) -> set[int]:
+    done = df[df["state"] == "COMPLETE"]
+    pts = list(zip(done["trial"], done["val_loss"], done["peak_mem_mb"]))
+    return {
+        n for n, a, b in pts
+        if not any(x <= a and y <= b and (x < a or y < b) for _, x, y in pts)
+    }
+
+
+@pytest.fixture(scope="module")
+def tiny_sweep(tmp_path_factory, cli):
+    """Two runs of the same command: 4 trials on 2 workers, then 2 more."""
+    cwd = tmp_path_factory.mktemp("user")
+    args = ("run", "warmup_init", "--workers", "2", "--set", f"steps={STEPS}", "--seed", "7", "--no-progress")
+    first = cli(*args, "--trials", "4", cwd=cwd)
+    storage = f"sqlite:///{cwd / 'csweep_runs' / 'optuna.db'}"
+    tracking = f"sqlite:///{cwd / 'csweep_runs' / 'mlflow.db'}"
+    snapshot = {
+        "parent": optuna.load_study(study_name="warmup_init", storage=storage).user_attrs["mlflow_parent_run_id"],
+        "trials": pd.read_csv(cwd / "csweep_runs/reports/warmup_init/trials.csv"),
+    }
+    second = cli(*args, "--trials", "2", cwd=cwd)
+    return cwd, first, second, storage, tracking, snapshot
+
+
+def test_run_completes_and_says_where_results_are(tiny_sweep):
+    cwd, first, second, *_ = tiny_sweep
+    assert first.returncode == 0, first.stderr
+    assert second.returncode == 0, second.stderr
+    assert "4 completed, 0 failed" in first.stdout
+    assert "reports: csweep_runs/reports/warmup_init" in first.stdout
+    assert "csweep ui --workdir csweep_runs" in first.stdout
+
+
+def test_storage_holds_every_trial_with_run_ids_and_nodes(tiny_sweep):
+    _, _, _, storage, _, snapshot = tiny_sweep
+    study = optuna.load_study(study_name="warmup_init", storage=storage)
+    assert [d.name for d in study.directions] == ["MINIMIZE", "MINIMIZE"]
+    trials = study.trials
+    assert [t.number for t in trials] == list(range(6))
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    assert all(t.user_attrs["mlflow_run_id"] and t.user_attrs["node_id"] for t in trials)
+    assert set(trials[0].params) == {"warmup_steps", "init_std"}
+    # the rerun added trials to the same study and reattached to the same parent run
+    assert len(snapshot["trials"]) == 4
+    assert study.user_attrs["mlflow_parent_run_id"] == snapshot["parent"]
+
+
+def test_mlflow_parent_and_nested_children(tiny_sweep):
+    _, _, _, storage, tracking, _ = tiny_sweep
+    client = MlflowClient(tracking_uri=tracking)
+    exp = client.get_experiment_by_name("warmup_init")
+    runs = client.search_runs([exp.experiment_id], max_results=100)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert len(children) == 6
+    study = optuna.load_study(study_name="warmup_init", storage=storage)
+    by_number = {t.number: t for t in study.trials}
+    for run in children:
+        assert run.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
+        assert run.info.status == "FINISHED"
+        trial = by_number[int(run.data.tags["optuna.trial_number"])]
+        assert trial.user_attrs["mlflow_run_id"] == run.info.run_id
+        assert run.data.params["steps"] == str(STEPS)
+        assert float(run.data.params["init_std"]) == pytest.approx(trial.params["init_std"])
+        assert run.data.params["warmup_steps"] == str(trial.params["warmup_steps"])
+        assert run.data.metrics["val_loss"] == pytest.approx(trial.values[0])
+        assert run.data.metrics["peak_mem_mb"] == pytest.approx(trial.values[1])
+        history = client.get_metric_history(run.info.run_id, "train_loss")
+        assert sorted(m.step for m in history) == list(range(STEPS))
+        assert len(client.get_metric_history(run.info.run_id, "lr")) == STEPS
+        assert run.data.tags["peak_mem_source"] == "cpu_accounting"
+        names = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert {"config.yaml", "learned_embeds.safetensors"} <= names
+    parent_files = {a.path for a in client.list_artifacts(parents[0].info.run_id, "reports")}
+    assert {"reports/trials.csv", "reports/pareto.csv", "reports/pareto.md"} <= parent_files
+
+
+def test_pareto_csv_is_exactly_the_non_dominated_trials(tiny_sweep):
+    cwd, *_ = tiny_sweep
+    out = cwd / "csweep_runs/reports/warmup_init"
+    trials = pd.read_csv(out / "trials.csv")
+    front = pd.read_csv(out / "pareto.csv")
+    assert len(trials) == 6
+    for col in ("trial", "state", "val_loss", "peak_mem_mb", "mlflow_run_id", "warmup_steps", "init_std"):
+        assert col in trials.columns and col in front.columns
+    assert set(front["trial"]) == non_dominated(trials)
+    assert list(front["peak_mem_mb"]) == sorted(front["peak_mem_mb"])
+    assert "Pareto front of warmup_init" in (out / "pareto.md").read_text()
+
+
+def test_report_command_rewrites_from_storage(tiny_sweep, cli):
+    cwd, *_ = tiny_sweep
+    out = cwd / "csweep_runs/reports/warmup_init"
+    before = pd.read_csv(out / "pareto.csv")
+    for f in out.iterdir():
+        f.unlink()
+    res = cli("report", "warmup_init", cwd=cwd)
+    assert res.returncode == 0, res.stderr
+    pd.testing.assert_frame_equal(pd.read_csv(out / "pareto.csv"), before)
+    assert len(pd.read_csv(out / "trials.csv")) == 6
+
+
+def test_plugin_objective_failures_do_not_stop_the_sweep(analytic_project, cli):
+    res = cli("run", "analytic.yaml", "--trials", "6", "--workers", "2", "--set", "fail_above=0.5",
+              "--sampler", "random", "--seed", "0", "--no-progress", cwd=analytic_project)
+    assert res.returncode == 0, res.stderr
+    study = optuna.load_study(study_name="analytic",
+                              storage=f"sqlite:///{analytic_project / 'csweep_runs/optuna.db'}")
+    states = {t.number: t.state.name for t in study.trials}
+    assert len(states) == 6
+    failed = [t for t in study.trials if t.state.name == "FAIL"]
+    ok = [t for t in study.trials if t.state.name == "COMPLETE"]
+    assert failed and ok, states
+    assert all(t.params["x"] > 0.5 for t in failed)
+    assert all("planted failure" in t.user_attrs["fail_reason"] for t in failed)
+    client = MlflowClient(tracking_uri=f"sqlite:///{analytic_project / 'csweep_runs/mlflow.db'}")
+    for t in failed:
+        run = client.get_run(t.user_attrs["mlflow_run_id"])
+        assert run.info.status == "FAILED"
+    for t in ok:
+        run = client.get_run(t.user_attrs["mlflow_run_id"])
+        assert run.data.metrics["extra"] == pytest.approx(t.params["x"] * t.params["y"])
+    assert f"{len(ok)} completed, {len(failed)} failed" in res.stdout
+
+
+def test_seed_reproduces_the_sampled_sequence(analytic_project, cli, tmp_path):
+    seqs = []
+    for wd in ("a", "b"):
+        res = cli("run", "analytic.yaml", "--trials", "4", "--seed", "11", "--workdir", wd,
+                  "--no-progress", cwd=analytic_project)
+        assert res.returncode == 0, res.stderr
+        seqs.append(pd.read_csv(analytic_project / wd / "reports/analytic/trials.csv")[["x", "y"]])
+    pd.testing.assert_frame_equal(seqs[0], seqs[1])
