@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import optuna
 import pandas as pd
 import pytest
@@ -145,3 +148,59 @@ def test_seed_reproduces_the_sampled_sequence(analytic_project, cli, tmp_path):
         assert res.returncode == 0, res.stderr
         seqs.append(pd.read_csv(analytic_project / wd / "reports/analytic/trials.csv")[["x", "y"]])
     pd.testing.assert_frame_equal(seqs[0], seqs[1])
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ui_serves_the_study_on_loopback(tiny_sweep):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    ROOT = Path(__file__).resolve().parents[2]
+
+    cwd, *_ = tiny_sweep
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sweeps", "ui", "--port", str(port)], cwd=cwd,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/api/2.0/mlflow/experiments/get-by-name"
+                                            "?experiment_name=warmup_init", timeout=5) as r:
+                    exp = json.load(r)["experiment"]
+                break
+            except OSError:
+                assert proc.poll() is None and time.time() < deadline, "MLflow UI did not come up"
+                time.sleep(1)
+        req = urllib.request.Request(
+            f"{base}/api/2.0/mlflow/runs/search", method="POST",
+            data=json.dumps({"experiment_ids": [exp["experiment_id"]], "max_results": 50}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=10) as r:
+            runs = json.load(r)["runs"]
+        assert len(runs) == 7  # the parent and six trials
+        child = next(r for r in runs if any(t["key"] == "mlflow.parentRunId" for t in r["data"]["tags"]))
+        url = f"{base}/get-artifact?path=config.yaml&run_uuid={child['info']['run_id']}"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            assert b"steps: 8" in r.read()
+        with urllib.request.urlopen(f"{base}/", timeout=10) as r:
+            assert r.status == 200
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
