@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._export import BUILTIN_MODELS, export_model
+from ._export import BUILTIN_MODELS, export_model, prepare_model
 from ._data import SYNTHETIC_CONCEPTS, check_data_dir
 from ._params import TEXTUAL_INVERSION_PARAMS, ParamRule, check_param, resolve_params
 from ._registry import BUILTIN_OBJECTIVES, ObjectiveSpec, check_plugin_importable, get_objective
@@ -10,6 +10,7 @@ from ._registry import BUILTIN_OBJECTIVES, ObjectiveSpec, check_plugin_importabl
 __all__ = [
     "BUILTIN_MODELS",
     "export_model",
+    "prepare_model",
     "BUILTIN_OBJECTIVES",
     "ObjectiveSpec",
     "ParamRule",

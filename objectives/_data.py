@@ -32,24 +32,29 @@ class ConceptSet:
         return tuple(f"<{name}>" for name in self.names)
 
 
-def _draw(kind: str, rng: np.random.Generator, res: int) -> np.ndarray:
+COLORS = {"red": (0.9, 0.1, 0.1), "green": (0.1, 0.85, 0.2), "blue": (0.15, 0.2, 0.95),
+          "yellow": (0.95, 0.9, 0.1)}
+SHAPES = ("circle", "square", "stripes", "ring")
+
+
+def draw(color: str, shape: str, rng: np.random.Generator, res: int) -> np.ndarray:
+    """One image of a coloured shape on a dark background, jittered by `rng`."""
     yy, xx = np.mgrid[0:res, 0:res] / res
     cx, cy = rng.uniform(0.35, 0.65, size=2)
     size = rng.uniform(0.18, 0.3)
     bg = rng.uniform(0.0, 0.25, size=3)
     img = np.ones((3, res, res)) * bg[:, None, None]
-    if kind == "red-circle":
-        mask, color = (xx - cx) ** 2 + (yy - cy) ** 2 < size**2, (0.9, 0.1, 0.1)
-    elif kind == "green-square":
-        mask, color = (abs(xx - cx) < size) & (abs(yy - cy) < size), (0.1, 0.85, 0.2)
-    elif kind == "blue-stripes":
-        period = rng.uniform(0.15, 0.25)
-        mask, color = ((xx + yy * 0.3) / period % 1.0) < 0.5, (0.15, 0.2, 0.95)
-    else:  # yellow-ring
-        r2 = (xx - cx) ** 2 + (yy - cy) ** 2
-        mask, color = (r2 < size**2) & (r2 > (0.6 * size) ** 2), (0.95, 0.9, 0.1)
-    for c in range(3):
-        img[c][mask] = color[c]
+    r2 = (xx - cx) ** 2 + (yy - cy) ** 2
+    if shape == "circle":
+        mask = r2 < size**2
+    elif shape == "square":
+        mask = (abs(xx - cx) < size) & (abs(yy - cy) < size)
+    elif shape == "stripes":
+        mask = ((xx + yy * 0.3) / rng.uniform(0.15, 0.25) % 1.0) < 0.5
+    else:  # ring
+        mask = (r2 < size**2) & (r2 > (0.6 * size) ** 2)
+    for c, value in enumerate(COLORS[color]):
+        img[c][mask] = value
     img += rng.normal(0, 0.03, size=img.shape)
     return (np.clip(img, 0, 1) * 2 - 1).astype(np.float32)
 
@@ -62,7 +67,8 @@ def synthetic_concepts(resolution: int, *, per_concept: int = 6, held_out: int =
     rng = np.random.default_rng(20240601)
     train, val = [], []
     for ci, kind in enumerate(SYNTHETIC_CONCEPTS):
-        images = [_draw(kind, rng, resolution) for _ in range(per_concept + held_out)]
+        color, shape = kind.split("-")
+        images = [draw(color, shape, rng, resolution) for _ in range(per_concept + held_out)]
         train += [(im, ci) for im in images[:per_concept]]
         val += [(im, ci) for im in images[per_concept:]]
     return ConceptSet(SYNTHETIC_CONCEPTS, tuple(train), tuple(val))

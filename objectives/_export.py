@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 BUILTIN_MODELS = ("tiny",)
@@ -14,3 +15,18 @@ def export_model(name: str, directory: Path) -> Path:
     if name != "tiny":
         raise ValueError(f"model {name!r} is not built in (built-ins: {', '.join(BUILTIN_MODELS)})")
     return export_tiny(directory)
+
+
+def prepare_model(spec: str, *, on_build: Callable[[str], None] | None = None) -> str | None:
+    """Build a built-in model's on-disk cache now (in the driver, with all its threads) so
+    that workers starting together only load it. Returns the cache folder, or None for a path."""
+    if spec != "tiny":
+        return None
+    from ._model import build_tiny, tiny_cache_dir
+
+    target = tiny_cache_dir()
+    if not (target / "model_index.json").is_file():
+        if on_build is not None:
+            on_build(str(target))
+        build_tiny()
+    return str(target)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,6 +58,15 @@ def write_tiny_tokenizer(directory: Path) -> Path:
     (directory / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(vocab)}))
     (directory / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n")
     return directory
+
+
+def _quiet_hf() -> None:
+    import diffusers.utils.logging as dlog
+    import transformers.utils.logging as tlog
+
+    for lib in (dlog, tlog):
+        lib.disable_progress_bar()
+        lib.set_verbosity_error()
 
 
 @dataclass
@@ -126,33 +139,111 @@ def _tiny_components(tokenizer_dir: Path) -> dict[str, Any]:
     return dict(tokenizer=tokenizer, text_encoder=text_encoder, unet=unet, vae=vae, scheduler=scheduler)
 
 
-def build_tiny(cache_dir: Path | None = None) -> BaseModel:
-    """The default model: SD 1.x-shaped, built from config with seeded random weights."""
-    import tempfile
+# The tiny model's definition: the config above, seeded weights, then this short deterministic
+# pretraining on captioned coloured shapes, so that its denoising depends on the prompt and a
+# learned concept embedding has something to steer. Bump TINY_VERSION when any of it changes.
+TINY_VERSION = "2"
+TINY_PRETRAIN = {"steps": 240, "batch_size": 16, "lr": 2e-3, "seed": 0, "images_per_caption": 8}
 
-    with tempfile.TemporaryDirectory() as tmp:
-        parts = _tiny_components(Path(cache_dir or tmp) / "tokenizer")
-    for module in (parts["text_encoder"], parts["unet"], parts["vae"]):
-        module.requires_grad_(False).eval()
-    return BaseModel(**parts, source="tiny", resolution=TINY_RESOLUTION)
+
+def cache_root() -> Path:
+    return Path(os.environ.get("CSWEEP_CACHE", Path.home() / ".cache" / "csweep"))
+
+
+def _pretrain(parts: dict[str, Any], *, steps: int, batch_size: int, lr: float, seed: int,
+              images_per_caption: int) -> None:
+    import numpy as np
+    import torch.nn.functional as F
+    from diffusers.optimization import get_scheduler
+
+    from ._data import COLORS, SHAPES, draw
+
+    tok, te, unet, vae, sched = (parts[k] for k in ("tokenizer", "text_encoder", "unet", "vae", "scheduler"))
+    rng = np.random.default_rng(seed)
+    combos = [(c, s) for c in COLORS for s in SHAPES]
+    images, labels = [], []
+    for i, (color, shape) in enumerate(combos):
+        images += [draw(color, shape, rng, TINY_RESOLUTION) for _ in range(images_per_caption)]
+        labels += [i] * images_per_caption
+    with torch.no_grad():
+        raw = vae.encode(torch.from_numpy(np.stack(images))).latent_dist.mean
+    # as SD's 0.18215, a scaling factor that gives the latents unit variance
+    vae.register_to_config(scaling_factor=round(1.0 / float(raw.std()), 4))
+    latents = raw * vae.config.scaling_factor
+    captions = [f"a photo of a {c} {s}" for c, s in combos]
+    ids = tok(captions, padding="max_length", max_length=tok.model_max_length, return_tensors="pt").input_ids
+    labels_t = torch.tensor(labels)
+    gen = torch.Generator().manual_seed(seed)
+    unet.train().requires_grad_(True)
+    te.train().requires_grad_(True)
+    params = list(unet.parameters()) + list(te.parameters())
+    opt = torch.optim.AdamW(params, lr=lr)
+    lr_sched = get_scheduler("cosine", opt, num_warmup_steps=steps // 10, num_training_steps=steps)
+    for _ in range(steps):
+        idx = torch.randint(0, len(labels), (batch_size,), generator=gen)
+        lat = latents[idx]
+        noise = torch.randn(lat.shape, generator=gen)
+        t = torch.randint(0, sched.config.num_train_timesteps, (batch_size,), generator=gen)
+        cond = te(ids[labels_t[idx]])[0]
+        pred = unet(sched.add_noise(lat, noise, t), t, encoder_hidden_states=cond).sample
+        F.mse_loss(pred, noise).backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        lr_sched.step()
+        opt.zero_grad(set_to_none=True)
+
+
+def tiny_cache_dir() -> Path:
+    key = hashlib.sha256(json.dumps([TINY_VERSION, TINY_PRETRAIN, _WORDS]).encode()).hexdigest()[:12]
+    return cache_root() / f"tiny-{key}"
+
+
+def build_tiny() -> BaseModel:
+    """The default model: SD 1.x-shaped, built from config in code and pretrained briefly.
+
+    Built once per machine into the cache (CSWEEP_CACHE, else ~/.cache/csweep), under a file
+    lock so that workers starting together build it once; later loads read the cache.
+    """
+    import fcntl
+
+    target = tiny_cache_dir()
+    key = target.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (target / "model_index.json").is_file():
+            tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".building-"))
+            try:
+                parts = _tiny_components(tmp / "tokenizer-src")
+                _pretrain(parts, **TINY_PRETRAIN)
+                _save_pipeline(parts, tmp / "model")
+                os.replace(tmp / "model", target)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+    base = load_local(target)
+    base.source = "tiny"
+    return base
+
+
+def _save_pipeline(parts: dict[str, Any], directory: Path) -> None:
+    from diffusers import StableDiffusionPipeline
+
+    pipe = StableDiffusionPipeline(
+        vae=parts["vae"], text_encoder=parts["text_encoder"], tokenizer=parts["tokenizer"],
+        unet=parts["unet"], scheduler=parts["scheduler"], safety_checker=None,
+        feature_extractor=None, requires_safety_checker=False,
+    )
+    pipe.save_pretrained(str(directory))
 
 
 def export_tiny(directory: Path) -> Path:
     """Write the tiny model as a diffusers folder that StableDiffusionPipeline loads."""
-    from diffusers import StableDiffusionPipeline
-
     base = build_tiny()
-    pipe = StableDiffusionPipeline(
-        vae=base.vae,
-        text_encoder=base.text_encoder,
-        tokenizer=base.tokenizer,
-        unet=base.unet,
-        scheduler=base.scheduler,
-        safety_checker=None,
-        feature_extractor=None,
-        requires_safety_checker=False,
+    _save_pipeline(
+        dict(vae=base.vae, text_encoder=base.text_encoder, tokenizer=base.tokenizer,
+             unet=base.unet, scheduler=base.scheduler),
+        directory,
     )
-    pipe.save_pretrained(str(directory))
     return directory
 
 
@@ -161,6 +252,7 @@ def load_local(path: Path) -> BaseModel:
     from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
     from transformers import CLIPTextModel, CLIPTokenizer
 
+    _quiet_hf()
     kw = dict(local_files_only=True)
     tokenizer = CLIPTokenizer.from_pretrained(str(path), subfolder="tokenizer", **kw)
     text_encoder = CLIPTextModel.from_pretrained(str(path), subfolder="text_encoder", **kw)

@@ -61,12 +61,23 @@ def _gpus_for(cfg: RunConfig) -> float:
     return 1.0 if ray.cluster_resources().get("GPU", 0) >= 1 else 0.0
 
 
-def run_sweep(cfg: RunConfig) -> Outcome:
+def _quiet() -> None:
+    import logging
+    import warnings
+
     import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    for name in ("mlflow", "alembic", "ray"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def run_sweep(cfg: RunConfig) -> Outcome:
     import ray
     from optuna.trial import TrialState
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    _quiet()
     storage = make_storage(cfg.storage)
     study = open_study(
         cfg.study_name, storage,
@@ -88,6 +99,12 @@ def run_sweep(cfg: RunConfig) -> Outcome:
         },
     )
     outcome = Outcome(cfg.study_name, parent_run_id=parent)
+    if cfg.builtin and cfg.ray_address is None:
+        from objectives import prepare_model
+
+        prepare_model(cfg.model, on_build=lambda where: print(
+            f"building the tiny model once for this machine (about a minute), cached in {where}",
+            file=sys.stderr, flush=True))
 
     start_ray(cfg.ray_address, num_cpus=max(2, math.ceil(cfg.workers * cfg.cpus_per_trial)),
               runtime_env=local_runtime_env())
@@ -197,6 +214,6 @@ def _progress(cfg: RunConfig) -> Any:
 def _update(bar: Any, study: Any, outcome: Outcome, running: int) -> None:
     if bar is None:
         return
+    bar.update(1)
     front = len(study.best_trials)
     bar.set_postfix(done=outcome.completed, failed=outcome.failed, running=running, front=front)
-    bar.update(1)
