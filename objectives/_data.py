@@ -24,8 +24,8 @@ class ConceptSet:
     """Images as float arrays in [-1, 1], shape (3, R, R), split into train and held-out."""
 
     names: tuple[str, ...]
-    train: tuple[tuple[np.ndarray, int], ...]  # (image, concept index)
-    val: tuple[tuple[np.ndarray, int], ...]
+    train: tuple[tuple[np.ndarray, tuple[int, ...]], ...]  # (image, concepts in it, in prompt order)
+    val: tuple[tuple[np.ndarray, tuple[int, ...]], ...]
 
     @property
     def placeholders(self) -> tuple[str, ...]:
@@ -60,17 +60,31 @@ def draw(color: str, shape: str, rng: np.random.Generator, res: int) -> np.ndarr
 
 
 SYNTHETIC_CONCEPTS = ("red-circle", "green-square", "blue-stripes")
+SYNTHETIC_PAIRS = ((0, 1), (1, 2), (2, 0))
 
 
-def synthetic_concepts(resolution: int, *, per_concept: int = 6, held_out: int = 2) -> ConceptSet:
-    """A few visually distinct concepts; the same images on every call (fixed seed)."""
+def synthetic_concepts(
+    resolution: int, *, per_concept: int = 6, held_out: int = 2, per_pair: int = 2
+) -> ConceptSet:
+    """A few visually distinct concepts, plus two-concept images (left half one concept, right
+    half another) whose prompts name both; the same images on every call (fixed seed)."""
     rng = np.random.default_rng(20240601)
     train, val = [], []
-    for ci, kind in enumerate(SYNTHETIC_CONCEPTS):
-        color, shape = kind.split("-")
-        images = [draw(color, shape, rng, resolution) for _ in range(per_concept + held_out)]
-        train += [(im, ci) for im in images[:per_concept]]
-        val += [(im, ci) for im in images[per_concept:]]
+
+    def one(ci: int) -> np.ndarray:
+        color, shape = SYNTHETIC_CONCEPTS[ci].split("-")
+        return draw(color, shape, rng, resolution)
+
+    for ci in range(len(SYNTHETIC_CONCEPTS)):
+        images = [one(ci) for _ in range(per_concept + held_out)]
+        train += [(im, (ci,)) for im in images[:per_concept]]
+        val += [(im, (ci,)) for im in images[per_concept:]]
+    half = resolution // 2
+    for pair in SYNTHETIC_PAIRS:
+        for k in range(per_pair + 1):
+            left, right = one(pair[0]), one(pair[1])
+            im = np.concatenate([left[:, :, :half], right[:, :, half:]], axis=2)
+            (train if k < per_pair else val).append((im, pair))
     return ConceptSet(SYNTHETIC_CONCEPTS, tuple(train), tuple(val))
 
 
@@ -103,7 +117,7 @@ def folder_concepts(root: Path, resolution: int) -> ConceptSet:
                 im = im.convert("RGB").resize((resolution, resolution), Image.BICUBIC)
                 arr = np.asarray(im, dtype=np.float32).transpose(2, 0, 1) / 127.5 - 1.0
             held = len(files) >= 2 and (i % 4 == 3 or (len(files) < 4 and i == len(files) - 1))
-            (val if held else train).append((arr, ci))
+            (val if held else train).append((arr, (ci,)))
     return ConceptSet(tuple(groups), tuple(train), tuple(val))
 
 

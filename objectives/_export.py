@@ -5,28 +5,28 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-BUILTIN_MODELS = ("tiny",)
+BUILTIN_MODELS = ("tiny", "tiny-sdxl")
 
 
 def export_model(name: str, directory: Path) -> Path:
     """Write built-in model `name` to `directory`, loadable with from_pretrained."""
+    if name not in BUILTIN_MODELS:
+        raise ValueError(f"model {name!r} is not built in (built-ins: {', '.join(BUILTIN_MODELS)})")
     from ._model import export_tiny
 
-    if name != "tiny":
-        raise ValueError(f"model {name!r} is not built in (built-ins: {', '.join(BUILTIN_MODELS)})")
-    return export_tiny(directory)
+    return export_tiny(name, directory)
 
 
 def prepare_model(spec: str, *, on_build: Callable[[str], None] | None = None) -> str | None:
     """Build a built-in model's on-disk cache now (in the driver, with all its threads) so
     that workers starting together only load it. Returns the cache folder, or None for a path."""
-    if spec != "tiny":
+    if spec not in BUILTIN_MODELS:
         return None
     from ._model import build_tiny, tiny_cache_dir
 
-    target = tiny_cache_dir()
+    target = tiny_cache_dir(spec)
     if not (target / "model_index.json").is_file():
         if on_build is not None:
             on_build(str(target))
-        build_tiny()
+        build_tiny(spec)
     return str(target)

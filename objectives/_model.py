@@ -71,10 +71,11 @@ def _quiet_hf() -> None:
 
 @dataclass
 class BaseModel:
-    """Frozen parts shared by every trial of a worker, plus what a trial copies."""
+    """Frozen parts shared by every trial of a worker. SD 1.x has one text encoder, SDXL two
+    (CLIP-L-shaped, then OpenCLIP-G-shaped with projection)."""
 
-    tokenizer: Any
-    text_encoder: Any
+    tokenizers: list[Any]
+    text_encoders: list[Any]
     unet: Any
     vae: Any
     scheduler: Any
@@ -82,32 +83,48 @@ class BaseModel:
     resolution: int
 
     @property
-    def hidden_size(self) -> int:
-        return int(self.text_encoder.config.hidden_size)
+    def is_sdxl(self) -> bool:
+        return len(self.text_encoders) == 2
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.tokenizers[0]
+
+    @property
+    def text_encoder(self) -> Any:
+        return self.text_encoders[0]
+
+    def modules(self) -> list[Any]:
+        return [*self.text_encoders, self.unet, self.vae]
 
 
-def _tiny_components(tokenizer_dir: Path) -> dict[str, Any]:
+def _clip_config(tokenizer: Any, *, projection: bool = False) -> Any:
+    from transformers import CLIPTextConfig
+
+    return CLIPTextConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, max_position_embeddings=77, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, projection_dim=32,
+    )
+
+
+def _tiny_components(tokenizer_dir: Path, *, sdxl: bool = False) -> dict[str, Any]:
     from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
-    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
+    from transformers import CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
 
     tokenizer = CLIPTokenizer.from_pretrained(
         str(write_tiny_tokenizer(tokenizer_dir)), model_max_length=77
     )
     torch.manual_seed(0)  # the tiny model's random weights are part of its definition
-    text_encoder = CLIPTextModel(
-        CLIPTextConfig(
-            vocab_size=len(tokenizer),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            max_position_embeddings=77,
-            bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-            projection_dim=32,
-        )
-    )
+    text_encoders = [CLIPTextModel(_clip_config(tokenizer))]
+    unet_extra: dict[str, Any] = {"cross_attention_dim": 32}
+    if sdxl:
+        text_encoders.append(CLIPTextModelWithProjection(_clip_config(tokenizer)))
+        # SDXL: both encoders' penultimate states side by side; pooled text + 6 time ids
+        unet_extra = {
+            "cross_attention_dim": 64, "addition_embed_type": "text_time", "addition_time_embed_dim": 8,
+            "projection_class_embeddings_input_dim": 6 * 8 + 32, "use_linear_projection": True,
+        }
     unet = UNet2DConditionModel(
         sample_size=TINY_RESOLUTION // 2,
         in_channels=4,
@@ -116,9 +133,9 @@ def _tiny_components(tokenizer_dir: Path) -> dict[str, Any]:
         block_out_channels=(32, 64),
         down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
         up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
-        cross_attention_dim=32,
         attention_head_dim=8,
         norm_num_groups=16,
+        **unet_extra,
     )
     vae = AutoencoderKL(
         in_channels=3,
@@ -133,17 +150,34 @@ def _tiny_components(tokenizer_dir: Path) -> dict[str, Any]:
     )
     scheduler = DDPMScheduler(
         num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
-        steps_offset=1,
-        clip_sample=False,
+        steps_offset=1, clip_sample=False,
     )
-    return dict(tokenizer=tokenizer, text_encoder=text_encoder, unet=unet, vae=vae, scheduler=scheduler)
+    return dict(tokenizers=[tokenizer] * len(text_encoders), text_encoders=text_encoders, unet=unet,
+                vae=vae, scheduler=scheduler)
 
 
-# The tiny model's definition: the config above, seeded weights, then this short deterministic
-# pretraining on captioned coloured shapes, so that its denoising depends on the prompt and a
+def condition(
+    text_encoders: list[Any], ids: list[torch.Tensor], *, resolution: int
+) -> tuple[torch.Tensor, dict[str, torch.Tensor] | None]:
+    """Prompt token ids (one tensor per encoder) -> UNet conditioning, as the pipelines do:
+    SD 1.x the last hidden state; SDXL both encoders' penultimate states side by side, plus the
+    second encoder's pooled projection and the six size/crop time ids."""
+    if len(text_encoders) == 1:
+        return text_encoders[0](ids[0])[0], None
+    outs = [te(i, output_hidden_states=True) for te, i in zip(text_encoders, ids)]
+    hidden = torch.cat([o.hidden_states[-2] for o in outs], dim=-1)
+    pooled = outs[1].text_embeds
+    time_ids = torch.tensor([resolution, resolution, 0, 0, resolution, resolution], device=pooled.device)
+    added = {"text_embeds": pooled, "time_ids": time_ids.to(pooled.dtype).repeat(pooled.shape[0], 1)}
+    return hidden, added
+
+
+# The tiny models' definition: the config above, seeded weights, then this short deterministic
+# pretraining on captioned coloured shapes, so that their denoising depends on the prompt and a
 # learned concept embedding has something to steer. Bump TINY_VERSION when any of it changes.
-TINY_VERSION = "2"
+TINY_VERSION = "3"
 TINY_PRETRAIN = {"steps": 240, "batch_size": 16, "lr": 2e-3, "seed": 0, "images_per_caption": 8}
+TINY_MODELS = ("tiny", "tiny-sdxl")
 
 
 def cache_root() -> Path:
@@ -158,7 +192,9 @@ def _pretrain(parts: dict[str, Any], *, steps: int, batch_size: int, lr: float, 
 
     from ._data import COLORS, SHAPES, draw
 
-    tok, te, unet, vae, sched = (parts[k] for k in ("tokenizer", "text_encoder", "unet", "vae", "scheduler"))
+    tok, encoders, unet, vae, sched = (
+        parts["tokenizers"][0], parts["text_encoders"], parts["unet"], parts["vae"], parts["scheduler"]
+    )
     rng = np.random.default_rng(seed)
     combos = [(c, s) for c in COLORS for s in SHAPES]
     images, labels = [], []
@@ -174,9 +210,10 @@ def _pretrain(parts: dict[str, Any], *, steps: int, batch_size: int, lr: float, 
     ids = tok(captions, padding="max_length", max_length=tok.model_max_length, return_tensors="pt").input_ids
     labels_t = torch.tensor(labels)
     gen = torch.Generator().manual_seed(seed)
-    unet.train().requires_grad_(True)
-    te.train().requires_grad_(True)
-    params = list(unet.parameters()) + list(te.parameters())
+    params = list(unet.parameters())
+    for module in [unet, *encoders]:
+        module.train().requires_grad_(True)
+    params = [p for m in [unet, *encoders] for p in m.parameters()]
     opt = torch.optim.AdamW(params, lr=lr)
     lr_sched = get_scheduler("cosine", opt, num_warmup_steps=steps // 10, num_training_steps=steps)
     for _ in range(steps):
@@ -184,8 +221,10 @@ def _pretrain(parts: dict[str, Any], *, steps: int, batch_size: int, lr: float, 
         lat = latents[idx]
         noise = torch.randn(lat.shape, generator=gen)
         t = torch.randint(0, sched.config.num_train_timesteps, (batch_size,), generator=gen)
-        cond = te(ids[labels_t[idx]])[0]
-        pred = unet(sched.add_noise(lat, noise, t), t, encoder_hidden_states=cond).sample
+        batch_ids = ids[labels_t[idx]]
+        cond, added = condition(encoders, [batch_ids] * len(encoders), resolution=TINY_RESOLUTION)
+        pred = unet(sched.add_noise(lat, noise, t), t, encoder_hidden_states=cond,
+                    added_cond_kwargs=added).sample
         F.mse_loss(pred, noise).backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
@@ -193,54 +232,62 @@ def _pretrain(parts: dict[str, Any], *, steps: int, batch_size: int, lr: float, 
         opt.zero_grad(set_to_none=True)
 
 
-def tiny_cache_dir() -> Path:
-    key = hashlib.sha256(json.dumps([TINY_VERSION, TINY_PRETRAIN, _WORDS]).encode()).hexdigest()[:12]
-    return cache_root() / f"tiny-{key}"
+def tiny_cache_dir(name: str = "tiny") -> Path:
+    key = hashlib.sha256(json.dumps([TINY_VERSION, TINY_PRETRAIN, _WORDS, name]).encode()).hexdigest()[:12]
+    return cache_root() / f"{name}-{key}"
 
 
-def build_tiny() -> BaseModel:
-    """The default model: SD 1.x-shaped, built from config in code and pretrained briefly.
+def build_tiny(name: str = "tiny") -> BaseModel:
+    """A built-in model (tiny: SD 1.x-shaped; tiny-sdxl: SDXL-shaped), built from config in
+    code and pretrained briefly.
 
     Built once per machine into the cache (CSWEEP_CACHE, else ~/.cache/csweep), under a file
     lock so that workers starting together build it once; later loads read the cache.
     """
     import fcntl
 
-    target = tiny_cache_dir()
-    key = target.name
+    if name not in TINY_MODELS:
+        raise ValueError(f"model {name!r} is not built in (built-ins: {', '.join(TINY_MODELS)})")
+    target = tiny_cache_dir(name)
     target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{key}.lock", "w") as lock:
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (target / "model_index.json").is_file():
             tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".building-"))
             try:
-                parts = _tiny_components(tmp / "tokenizer-src")
+                parts = _tiny_components(tmp / "tokenizer-src", sdxl=name == "tiny-sdxl")
                 _pretrain(parts, **TINY_PRETRAIN)
                 _save_pipeline(parts, tmp / "model")
                 os.replace(tmp / "model", target)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
     base = load_local(target)
-    base.source = "tiny"
+    base.source = name
     return base
 
 
 def _save_pipeline(parts: dict[str, Any], directory: Path) -> None:
-    from diffusers import StableDiffusionPipeline
+    from diffusers import StableDiffusionPipeline, StableDiffusionXLPipeline
 
-    pipe = StableDiffusionPipeline(
-        vae=parts["vae"], text_encoder=parts["text_encoder"], tokenizer=parts["tokenizer"],
-        unet=parts["unet"], scheduler=parts["scheduler"], safety_checker=None,
-        feature_extractor=None, requires_safety_checker=False,
-    )
+    common = dict(vae=parts["vae"], unet=parts["unet"], scheduler=parts["scheduler"])
+    tok, enc = parts["tokenizers"], parts["text_encoders"]
+    if len(enc) == 2:
+        pipe = StableDiffusionXLPipeline(
+            text_encoder=enc[0], text_encoder_2=enc[1], tokenizer=tok[0], tokenizer_2=tok[1], **common
+        )
+    else:
+        pipe = StableDiffusionPipeline(
+            text_encoder=enc[0], tokenizer=tok[0], safety_checker=None, feature_extractor=None,
+            requires_safety_checker=False, **common,
+        )
     pipe.save_pretrained(str(directory))
 
 
-def export_tiny(directory: Path) -> Path:
-    """Write the tiny model as a diffusers folder that StableDiffusionPipeline loads."""
-    base = build_tiny()
+def export_tiny(name: str, directory: Path) -> Path:
+    """Write a built-in model as a diffusers folder that its pipeline class loads."""
+    base = build_tiny(name)
     _save_pipeline(
-        dict(vae=base.vae, text_encoder=base.text_encoder, tokenizer=base.tokenizer,
+        dict(vae=base.vae, text_encoders=base.text_encoders, tokenizers=base.tokenizers,
              unet=base.unet, scheduler=base.scheduler),
         directory,
     )
@@ -248,26 +295,31 @@ def export_tiny(directory: Path) -> Path:
 
 
 def load_local(path: Path) -> BaseModel:
-    """Load an SD 1.x diffusers folder from disk, never from a hub."""
+    """Load an SD 1.x or SDXL diffusers folder from disk, never from a hub."""
     from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
-    from transformers import CLIPTextModel, CLIPTokenizer
+    from transformers import CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
 
     _quiet_hf()
     kw = dict(local_files_only=True)
-    tokenizer = CLIPTokenizer.from_pretrained(str(path), subfolder="tokenizer", **kw)
-    text_encoder = CLIPTextModel.from_pretrained(str(path), subfolder="text_encoder", **kw)
+    tokenizers = [CLIPTokenizer.from_pretrained(str(path), subfolder="tokenizer", **kw)]
+    text_encoders = [CLIPTextModel.from_pretrained(str(path), subfolder="text_encoder", **kw)]
+    if (path / "text_encoder_2").is_dir():
+        tokenizers.append(CLIPTokenizer.from_pretrained(str(path), subfolder="tokenizer_2", **kw))
+        text_encoders.append(
+            CLIPTextModelWithProjection.from_pretrained(str(path), subfolder="text_encoder_2", **kw)
+        )
     unet = UNet2DConditionModel.from_pretrained(str(path), subfolder="unet", **kw)
     vae = AutoencoderKL.from_pretrained(str(path), subfolder="vae", **kw)
     scheduler = DDPMScheduler.from_pretrained(str(path), subfolder="scheduler", **kw)
-    for module in (text_encoder, unet, vae):
+    for module in (*text_encoders, unet, vae):
         module.requires_grad_(False).eval()
     factor = 2 ** (len(vae.config.block_out_channels) - 1)
     resolution = int(unet.config.sample_size) * factor
-    return BaseModel(tokenizer, text_encoder, unet, vae, scheduler, source=str(path), resolution=resolution)
+    return BaseModel(tokenizers, text_encoders, unet, vae, scheduler, source=str(path), resolution=resolution)
 
 
 def load_base_model(spec: str) -> BaseModel:
-    """`tiny` or a path to a local diffusers folder."""
-    if spec == "tiny":
-        return build_tiny()
+    """`tiny`, `tiny-sdxl` or a path to a local diffusers folder."""
+    if spec in TINY_MODELS:
+        return build_tiny(spec)
     return load_local(Path(spec))

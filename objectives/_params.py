@@ -28,9 +28,21 @@ def _init_from_ok(v: Any) -> bool:
     return v == "random" or (isinstance(v, str) and v.startswith("word:") and len(v) > 5)
 
 
+FREEZE_MODES = ("embedding_only", "attention_only", "top_layers", "full")
+LORA_TARGETS = ("unet", "text", "both")
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+def _one_of(values: tuple[str, ...]) -> Callable[[Any], bool]:
+    return lambda v: v in values
+
+
 TEXTUAL_INVERSION_PARAMS: dict[str, ParamRule] = {
     "steps": ParamRule(80, int, "an int >= 1", _int_ge(1), "optimizer steps"),
-    "lr": ParamRule(5e-3, float, "a float > 0", lambda v: v > 0, "peak learning rate (AdamW)"),
+    "lr": ParamRule(
+        5e-3, float, "a float > 0", lambda v: v > 0,
+        "learning rate of LoRA / unfrozen encoder weights; the embedding's is lr x embedding_lr_ratio",
+    ),
     "batch_size": ParamRule(4, int, "an int >= 1", _int_ge(1), "samples per step"),
     "resolution": ParamRule(
         0, int, "0 (the model's own) or a multiple of 8 >= 8", lambda v: v == 0 or (v >= 8 and v % 8 == 0),
@@ -41,7 +53,7 @@ TEXTUAL_INVERSION_PARAMS: dict[str, ParamRule] = {
         0, int, "an int >= 0", _int_ge(0), "linear LR warmup steps (constant afterwards)"
     ),
     "init_std": ParamRule(
-        0.02, float, "a float > 0", lambda v: v > 0, "std of the N(0, std^2) init of concept rows"
+        0.02, float, "a float > 0", lambda v: v > 0, "std of the N(0, std^2) init of concept codes"
     ),
     "init_from": ParamRule(
         "random", str, "'random' or 'word:WORD'", _init_from_ok,
@@ -49,6 +61,45 @@ TEXTUAL_INVERSION_PARAMS: dict[str, ParamRule] = {
     ),
     "num_vectors": ParamRule(
         1, int, "an int >= 1", _int_ge(1), "embedding vectors (tokens) per concept"
+    ),
+    "token_weight_decay": ParamRule(
+        1.0, float, "a float in (0, 1]", lambda v: 0 < v <= 1,
+        "gradient of the k-th concept token of a prompt scaled by decay**k; 1 = off",
+    ),
+    "freeze": ParamRule(
+        "embedding_only", str, f"one of {', '.join(FREEZE_MODES)}", _one_of(FREEZE_MODES),
+        "how much of the text encoder(s) trains besides the concept rows",
+    ),
+    "unfreeze_layers": ParamRule(
+        1, int, "an int >= 1", _int_ge(1), "with freeze=top_layers: the last k encoder layers train"
+    ),
+    "contrastive_margin": ParamRule(
+        0.0, float, "a float >= 0", lambda v: v >= 0, "margin of the in-batch contrastive term"
+    ),
+    "contrastive_weight": ParamRule(
+        0.0, float, "a float >= 0", lambda v: v >= 0, "weight of the contrastive term; 0 = off"
+    ),
+    "lora_rank": ParamRule(0, int, "an int >= 0", _int_ge(0), "LoRA rank; 0 = no LoRA"),
+    "lora_alpha": ParamRule(
+        None, float, "a float > 0 (or null = rank)", lambda v: v is None or v > 0, "LoRA alpha; null = rank"
+    ),
+    "lora_targets": ParamRule(
+        "unet", str, f"one of {', '.join(LORA_TARGETS)}", _one_of(LORA_TARGETS),
+        "LoRA on UNet attention (to_q/k/v/out.0), text encoder attention (q/k/v/out_proj), or both",
+    ),
+    "embedding_dim": ParamRule(
+        0, int, "an int >= 0 (0 = the encoder's hidden size)", _int_ge(0),
+        "width of the trained concept code z; vectors are P z with P a fixed projection",
+    ),
+    "embedding_lr_ratio": ParamRule(
+        1.0, float, "a float > 0", lambda v: v > 0, "embedding lr = ratio x lr (folk default 0.3)"
+    ),
+    "max_grad_norm": ParamRule(
+        0.0, float, "a float >= 0 (0 = no clipping)", lambda v: v >= 0, "gradient clipping norm"
+    ),
+    "precision": ParamRule(
+        "fp32", str, f"one of {', '.join(PRECISIONS)}", _one_of(PRECISIONS),
+        "compute dtype; trainable parameters stay fp32; fp16 needs CUDA (GradScaler)",
     ),
 }
 
@@ -65,6 +116,8 @@ def check_param(name: str, value: Any, *, known: Mapping[str, ParamRule]) -> str
         return f"unknown parameter {name!r} (known: {', '.join(sorted(known))})"
     rule = known[name]
     value = _coerce(rule, value)
+    if value is None and rule.default is None:
+        return None
     if isinstance(value, bool) or not isinstance(value, rule.kind):
         return f"{name} must be {rule.rule}, got {value!r}"
     if not rule.ok(value):
@@ -82,4 +135,6 @@ def resolve_params(params: Mapping[str, Any]) -> dict[str, Any]:
         out[name] = _coerce(TEXTUAL_INVERSION_PARAMS[name], value)
     for name, rule in TEXTUAL_INVERSION_PARAMS.items():
         out.setdefault(name, rule.default)
+    if out["lora_alpha"] is None:
+        out["lora_alpha"] = float(out["lora_rank"])
     return out

@@ -1,12 +1,19 @@
-"""The textual_inversion objective: one real diffusers training run per trial."""
+"""The textual_inversion objective: one real diffusers training run per trial.
+
+One narrated loop: the frozen base model is shared by every trial a worker runs; each trial
+builds fresh trainable parts (concept codes, and copies of whatever else it unfreezes or adapts).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import math
+import tempfile
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -14,13 +21,17 @@ import torch.nn.functional as F
 
 from ._data import TEMPLATES, VAL_TEMPLATE, ConceptSet, folder_concepts, synthetic_concepts
 from ._memory import MemoryMeter
-from ._model import BaseModel, load_base_model
+from ._model import BaseModel, condition, load_base_model
 from ._params import resolve_params
 
 # Validation draws are constants of csweep, not of a trial: every trial of every study is scored
 # on the same timesteps and the same noise.
 VAL_TIMESTEPS = (100, 300, 500, 700, 900)
 VAL_NOISE_SEED = 1234
+PROJECTION_SEED = 4321  # the fixed projection P of embedding_dim < hidden size
+LORA_UNET_TARGETS = ["to_q", "to_k", "to_v", "to_out.0"]
+LORA_TEXT_TARGETS = ["q_proj", "k_proj", "v_proj", "out_proj"]
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 StepCallback = Callable[[int, Mapping[str, float]], None]
 
@@ -30,63 +41,115 @@ def pick_device() -> torch.device:
 
 
 @functools.lru_cache(maxsize=2)
-def cached_base_model(spec: str, device: str) -> BaseModel:
+def cached_base_model(spec: str, device: str, precision: str = "fp32") -> BaseModel:
     """Built or loaded once per process: a Ray worker reuses it for every trial it runs."""
     base = load_base_model(spec)
-    for module in (base.text_encoder, base.unet, base.vae):
-        module.to(device)
+    for module in base.modules():
+        module.to(device=device, dtype=DTYPES[precision])
     return base
 
 
 @functools.lru_cache(maxsize=4)
-def _cached_latents(spec: str, device: str, data: str | None, resolution: int) -> dict[str, Any]:
-    base = cached_base_model(spec, device)
-    concepts = synthetic_concepts(resolution) if data is None else folder_concepts_path(data, resolution)
+def _cached_data(spec: str, device: str, precision: str, data: str | None, resolution: int) -> dict[str, Any]:
+    base = cached_base_model(spec, device, precision)
+    concepts = synthetic_concepts(resolution) if data is None else folder_concepts(Path(data), resolution)
     return {"concepts": concepts, **_encode(base, concepts, torch.device(device))}
 
 
-def folder_concepts_path(data: str, resolution: int) -> ConceptSet:
-    from pathlib import Path
-
-    return folder_concepts(Path(data), resolution)
-
-
 @torch.no_grad()
-def _encode(base: BaseModel, concepts: ConceptSet, device: torch.device) -> dict[str, torch.Tensor]:
+def _encode(base: BaseModel, concepts: ConceptSet, device: torch.device) -> dict[str, Any]:
     """1) latents of the frozen VAE, once (not every step as the reference script does)."""
+    combos = sorted({c for _, c in concepts.train + concepts.val}, key=lambda c: (len(c), c))
 
     def enc(items: tuple) -> tuple[torch.Tensor, torch.Tensor]:
-        images = torch.stack([torch.from_numpy(im) for im, _ in items]).to(device)
+        dtype = base.vae.dtype
+        images = torch.stack([torch.from_numpy(im) for im, _ in items]).to(device, dtype)
         lat = base.vae.encode(images).latent_dist.mean * base.vae.config.scaling_factor
-        return lat, torch.tensor([c for _, c in items], device=device)
+        return lat, torch.tensor([combos.index(c) for _, c in items], device=device)
 
-    train_lat, train_cls = enc(concepts.train)
-    val_lat, val_cls = enc(concepts.val) if concepts.val else enc(concepts.train)
-    return {"train_lat": train_lat, "train_cls": train_cls, "val_lat": val_lat, "val_cls": val_cls}
+    train_lat, train_combo = enc(concepts.train)
+    val_lat, val_combo = enc(concepts.val) if concepts.val else enc(concepts.train)
+    return {"combos": combos, "train_lat": train_lat, "train_combo": train_combo,
+            "val_lat": val_lat, "val_combo": val_combo}
 
 
 class ConceptEmbedding(torch.nn.Module):
-    """Token embedding whose placeholder rows (ids >= first_id) come from a trainable tensor.
+    """Token embedding whose placeholder rows (ids >= first_id) are P z, z trainable.
 
     The base matrix stays frozen and shared, so no row but the concept rows can ever change.
+    `grad_scale` (per prompt position) scales the gradient reaching z, not the forward value.
     """
 
-    def __init__(self, base: torch.nn.Embedding, first_id: int, rows: torch.Tensor) -> None:
+    def __init__(self, base: torch.nn.Embedding, first_id: int, z: torch.Tensor, proj: torch.Tensor | None):
         super().__init__()
         self.base = base
         self.first_id = first_id
-        self.rows = torch.nn.Parameter(rows)
+        self.z = torch.nn.Parameter(z)
+        self.register_buffer("proj", proj)
+        self.grad_scale: torch.Tensor | None = None
+
+    def rows(self) -> torch.Tensor:
+        return self.z if self.proj is None else self.z @ self.proj.T
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         is_new = input_ids >= self.first_id
         old = self.base(input_ids.clamp(max=self.first_id - 1))
-        new = F.embedding((input_ids - self.first_id).clamp(min=0), self.rows)
+        new = F.embedding((input_ids - self.first_id).clamp(min=0), self.rows())
+        if self.grad_scale is not None:
+            f = self.grad_scale.unsqueeze(-1).to(new.dtype)
+            new = new * f + (new * (1 - f)).detach()
         return torch.where(is_new.unsqueeze(-1), new.to(old.dtype), old)
 
 
-def _embeddings_module(text_encoder: torch.nn.Module) -> torch.nn.Module:
+def _inner(text_encoder: torch.nn.Module) -> torch.nn.Module:
     # transformers 5 dropped `.text_model` on some CLIP classes
-    return getattr(text_encoder, "text_model", text_encoder).embeddings
+    return getattr(text_encoder, "text_model", text_encoder)
+
+
+def _embeddings_module(text_encoder: torch.nn.Module) -> torch.nn.Module:
+    return _inner(text_encoder).embeddings
+
+
+def token_rank_factors(ids: torch.Tensor, first_id: int, decay: float) -> torch.Tensor:
+    """decay**k at each concept-token position, k = rank of that token's first occurrence
+    among the concept tokens of its prompt; 1 elsewhere. ids: (..., L)."""
+    flat = ids.reshape(-1, ids.shape[-1]).tolist()
+    out = torch.ones(len(flat), ids.shape[-1])
+    for r, row in enumerate(flat):
+        seen: dict[int, int] = {}
+        for pos, tok in enumerate(row):
+            if tok >= first_id:
+                out[r, pos] = decay ** seen.setdefault(tok, len(seen))
+    return out.reshape(ids.shape)
+
+
+def unfreeze(text_encoder: torch.nn.Module, mode: str, layers: int) -> None:
+    """Freeze modes beyond the concept rows (which always train). The token embedding matrix
+    itself never trains."""
+    layer_list = _inner(text_encoder).encoder.layers
+    if mode == "embedding_only":
+        return
+    if layers > len(layer_list) and mode == "top_layers":
+        raise ValueError(f"unfreeze_layers must be <= the encoder's {len(layer_list)} layers, got {layers}")
+    if mode == "attention_only":
+        for layer in layer_list:
+            for name in LORA_TEXT_TARGETS:
+                getattr(layer.self_attn, name).requires_grad_(True)
+    elif mode == "top_layers":
+        for layer in layer_list[len(layer_list) - layers:]:
+            layer.requires_grad_(True)
+    elif mode == "full":
+        for name, p in text_encoder.named_parameters():
+            if "token_embedding" not in name:
+                p.requires_grad_(True)
+
+
+def _projection(hidden: int, dim: int) -> torch.Tensor | None:
+    if dim == hidden:
+        return None
+    gen = torch.Generator().manual_seed(PROJECTION_SEED + hidden * 7919 + dim)
+    q, _ = torch.linalg.qr(torch.randn(hidden, dim, generator=gen))
+    return q  # orthonormal columns
 
 
 def textual_inversion(
@@ -96,116 +159,276 @@ def textual_inversion(
     data: str | None = None,
     on_step: StepCallback | None = None,
 ) -> dict[str, Any]:
-    """Train concept embeddings; returns val_loss, peak_mem_mb and what the trial learned."""
+    """Train concept embeddings (and what the knobs unfreeze); returns val_loss, peak_mem_mb,
+    metrics, per-step history and the learned weights as diffusers-loadable files."""
     cfg = resolve_params(params)
     device = pick_device()
-    base = cached_base_model(model, device.type)
+    if cfg["precision"] == "fp16" and device.type != "cuda":
+        raise ValueError("precision fp16 needs a CUDA device (GradScaler); this worker has none: use bf16 or fp32")
+    base = cached_base_model(model, device.type, cfg["precision"])
     resolution = cfg["resolution"] or base.resolution
-    cache = _cached_latents(model, device.type, data, resolution)
+    cache = _cached_data(model, device.type, cfg["precision"], data, resolution)
     concepts: ConceptSet = cache["concepts"]
+    combos: list[tuple[int, ...]] = cache["combos"]
     gen = torch.Generator(device="cpu").manual_seed(cfg["seed"])
     started = time.perf_counter()
+    rank, lora_text = cfg["lora_rank"], cfg["lora_rank"] > 0 and cfg["lora_targets"] in ("text", "both")
+    lora_unet = cfg["lora_rank"] > 0 and cfg["lora_targets"] in ("unet", "both")
 
-    # 2) placeholder tokens on a per-trial tokenizer; their rows in a fresh trainable tensor
-    tokenizer = copy.deepcopy(base.tokenizer)
+    # 2) placeholder tokens on per-trial tokenizers
     nv = cfg["num_vectors"]
-    tokens = [[f"{ph}" if nv == 1 else f"{ph}_{k}" for k in range(nv)] for ph in concepts.placeholders]
+    tokens = [[ph if nv == 1 else f"{ph}_{k}" for k in range(nv)] for ph in concepts.placeholders]
     flat = [t for group in tokens for t in group]
-    if tokenizer.add_tokens(flat) != len(flat):
-        raise ValueError(f"placeholder tokens {flat} clash with the tokenizer's vocabulary")
-    first_id = tokenizer.convert_tokens_to_ids(flat[0])
-    emb = _embeddings_module(base.text_encoder)
-    base_tok = emb.token_embedding
-    if first_id != base_tok.num_embeddings:
-        raise ValueError("the tokenizer and the text encoder disagree on the vocabulary size")
-    hidden = base_tok.embedding_dim
-    if cfg["init_from"] == "random":
-        rows = torch.randn(len(flat), hidden, generator=gen) * cfg["init_std"]
-    else:
-        word = cfg["init_from"][5:]
-        ids = base.tokenizer(word, add_special_tokens=False).input_ids
-        if len(ids) != 1:
-            raise ValueError(f"init_from word {word!r} must be a single token, got {len(ids)} tokens")
-        rows = base_tok.weight[ids[0]].detach().float().cpu().repeat(len(flat), 1)
-    concept_emb = ConceptEmbedding(base_tok, first_id, rows.to(device))
+    tokenizers = [copy.deepcopy(tok) for tok in base.tokenizers]
+    for tok in tokenizers:
+        if tok.add_tokens(flat) != len(flat):
+            raise ValueError(f"placeholder tokens {flat} clash with the tokenizer's vocabulary")
 
-    def ids_for(template: str) -> torch.Tensor:
-        prompts = [template.format(" ".join(group)) for group in tokens]
-        return tokenizer(
-            prompts, padding="max_length", max_length=tokenizer.model_max_length,
-            truncation=True, return_tensors="pt",
-        ).input_ids.to(device)
+    # 3) trainable parts: fresh copies of what trains, the frozen rest shared
+    copy_text = cfg["freeze"] != "embedding_only" or lora_text
+    encoders = [copy.deepcopy(te) if copy_text else te for te in base.text_encoders]
+    unet = copy.deepcopy(base.unet) if lora_unet else base.unet
+    from peft import LoraConfig, inject_adapter_in_model
 
-    train_ids = torch.stack([ids_for(t) for t in TEMPLATES])  # (templates, concepts, L)
-    val_ids = ids_for(VAL_TEMPLATE)
+    def lora_config(targets: list[str]) -> LoraConfig:
+        return LoraConfig(r=rank, lora_alpha=cfg["lora_alpha"], init_lora_weights="gaussian",
+                          target_modules=targets)
 
-    unet, text_encoder, sched = base.unet, base.text_encoder, base.scheduler
+    if lora_unet:
+        unet.add_adapter(lora_config(LORA_UNET_TARGETS))
+    for i, te in enumerate(encoders):
+        if lora_text:
+            encoders[i] = te = inject_adapter_in_model(lora_config(LORA_TEXT_TARGETS), te)
+        unfreeze(te, cfg["freeze"], cfg["unfreeze_layers"])
+    concept_embs, saved_embs = [], []
+    for i, (te, tok) in enumerate(zip(encoders, tokenizers)):
+        emb = _embeddings_module(te)
+        base_tok = emb.token_embedding
+        first_id = tok.convert_tokens_to_ids(flat[0])
+        if first_id != base_tok.num_embeddings:
+            raise ValueError("the tokenizer and the text encoder disagree on the vocabulary size")
+        hidden = base_tok.embedding_dim
+        dim = cfg["embedding_dim"] or hidden
+        if dim > hidden:
+            raise ValueError(f"embedding_dim must be <= the encoder's hidden size {hidden}, got {dim}")
+        proj = _projection(hidden, dim)
+        if cfg["init_from"] == "random":
+            # z scaled so that the rows P z have entries of std init_std
+            z = torch.randn(len(flat), dim, generator=gen) * cfg["init_std"] * math.sqrt(hidden / dim)
+        else:
+            word = cfg["init_from"][5:]
+            ids = base.tokenizers[i](word, add_special_tokens=False).input_ids
+            if len(ids) != 1:
+                raise ValueError(f"init_from word {word!r} must be a single token, got {len(ids)} tokens")
+            row = base_tok.weight[ids[0]].detach().float().cpu()
+            z = (row if proj is None else proj.T @ row).repeat(len(flat), 1)
+        ce = ConceptEmbedding(base_tok, first_id, z.to(device), None if proj is None else proj.to(device))
+        concept_embs.append(ce)
+        saved_embs.append((emb, base_tok))
 
-    def denoise_loss(lat: torch.Tensor, ids: torch.Tensor, t: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-        noisy = sched.add_noise(lat, noise, t)
-        cond = text_encoder(ids)[0]
-        pred = unet(noisy, t, encoder_hidden_states=cond).sample
-        return F.mse_loss(pred.float(), noise.float())
+    from diffusers.training_utils import cast_training_params
+
+    cast_training_params([unet, *encoders], dtype=torch.float32)  # trainable weights stay fp32
+    groups = {
+        "embedding": [ce.z for ce in concept_embs],
+        "text": [p for te in encoders for p in te.parameters() if p.requires_grad],
+        "unet_lora": [p for p in unet.parameters() if p.requires_grad] if lora_unet else [],
+    }
+    counts = {k: sum(p.numel() for p in v) for k, v in groups.items()}
+
+    first_id = concept_embs[0].first_id
+
+    def ids_for(template: str) -> list[torch.Tensor]:
+        prompts = [template.format(" and ".join(" ".join(tokens[c]) for c in combo)) for combo in combos]
+        return [tok(prompts, padding="max_length", max_length=tok.model_max_length, truncation=True,
+                    return_tensors="pt").input_ids for tok in tokenizers]
+
+    per_template = [ids_for(t) for t in TEMPLATES]
+    train_ids = [torch.stack([pt[e] for pt in per_template]).to(device) for e in range(len(encoders))]
+    train_scale = token_rank_factors(train_ids[0].cpu(), first_id, cfg["token_weight_decay"]).to(device)
+    val_ids = [ids.to(device) for ids in ids_for(VAL_TEMPLATE)]
+    sched = base.scheduler
+    autocast = (
+        contextlib.nullcontext() if cfg["precision"] == "fp32"
+        else torch.autocast(device.type, dtype=DTYPES[cfg["precision"]])
+    )
+
+    def predict(noisy: torch.Tensor, t: torch.Tensor, ids: list[torch.Tensor]) -> torch.Tensor:
+        cond, added = condition(encoders, ids, resolution=resolution)
+        return unet(noisy, t, encoder_hidden_states=cond, added_cond_kwargs=added).sample
+
+    def errors(pred: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        return ((pred.float() - noise.float()) ** 2).mean(dim=(1, 2, 3))
 
     @torch.no_grad()
-    def val_loss() -> float:
+    def validate(final: bool) -> dict[str, float]:
         vg = torch.Generator(device="cpu").manual_seed(VAL_NOISE_SEED)
-        lat, cls = cache["val_lat"], cache["val_cls"]
-        total = 0.0
+        lat, combo = cache["val_lat"], cache["val_combo"]
+        total, hits, n_single = 0.0, 0, 0
+        singles = [i for i, c in enumerate(combo.tolist()) if len(combos[c]) == 1]
+        own = [combos[combo[i]][0] for i in singles]
+        single_combo = [combos.index((c,)) for c in range(len(concepts.names))]
+        sep_err = torch.zeros(len(singles), len(single_combo), device=device)
         for tv in VAL_TIMESTEPS:
-            noise = torch.randn(lat.shape, generator=vg).to(device)
+            noise = torch.randn(lat.shape, generator=vg).to(device, lat.dtype)
             t = torch.full((lat.shape[0],), tv, device=device, dtype=torch.long)
-            total += float(denoise_loss(lat, val_ids[cls], t, noise))
-        return total / len(VAL_TIMESTEPS)
+            noisy = sched.add_noise(lat, noise, t)
+            with autocast:
+                total += float(errors(predict(noisy, t, [v[combo] for v in val_ids]), noise).mean())
+                if final and singles:
+                    for k, sc in enumerate(single_combo):
+                        ids_k = [v[sc].expand(len(singles), -1) for v in val_ids]
+                        sep_err[:, k] += errors(predict(noisy[singles], t[singles], ids_k), noise[singles])
+        out = {"val_loss": total / len(VAL_TIMESTEPS)}
+        if final and singles:
+            hits = int((sep_err.argmin(dim=1).cpu() == torch.tensor(own)).sum())
+            n_single = len(singles)
+            out["concept_separation"] = hits / n_single
+        return out
 
-    emb.token_embedding = concept_emb
+    for (emb, _), ce in zip(saved_embs, concept_embs):
+        emb.token_embedding = ce
     try:
-        val_init = val_loss()
-        # 3) AdamW on the concept rows only, LR warmup from diffusers.optimization
+        val_init = validate(final=False)["val_loss"]
+        # 4) AdamW: embedding lr = ratio x lr; LR warmup from diffusers.optimization
         from diffusers.optimization import get_scheduler
 
-        opt = torch.optim.AdamW([concept_emb.rows], lr=cfg["lr"], weight_decay=1e-2)
+        param_groups = [{"params": groups["embedding"], "lr": cfg["lr"] * cfg["embedding_lr_ratio"]}]
+        others = groups["text"] + groups["unet_lora"]
+        if others:
+            param_groups.append({"params": others, "lr": cfg["lr"]})
+        trainable = [p for g in param_groups for p in g["params"]]
+        opt = torch.optim.AdamW(param_groups, weight_decay=1e-2)
         lr_sched = get_scheduler(
             "constant_with_warmup", opt, num_warmup_steps=cfg["warmup_steps"],
             num_training_steps=cfg["steps"],
         )
-        meter = MemoryMeter(device, [text_encoder, unet])
-        lat_all, cls_all = cache["train_lat"], cache["train_cls"]
+        scaler = torch.amp.GradScaler("cuda") if cfg["precision"] == "fp16" else None
+        meter = MemoryMeter(device, [*encoders, unet])
+        lat_all, combo_all = cache["train_lat"], cache["train_combo"]
+        cw, margin = cfg["contrastive_weight"], cfg["contrastive_margin"]
         history: dict[str, list[float]] = {"train_loss": [], "lr": []}
-        # 4) epsilon-prediction MSE on cached latents
+        if cw > 0:
+            history["contrastive"] = []
+        # 5) epsilon-prediction MSE on cached latents (+ the in-batch contrastive margin term)
         for step in range(cfg["steps"]):
-            idx = torch.randint(0, lat_all.shape[0], (cfg["batch_size"],), generator=gen)
-            tmpl = torch.randint(0, len(TEMPLATES), (cfg["batch_size"],), generator=gen)
-            lat = lat_all[idx.to(device)]
-            noise = torch.randn(lat.shape, generator=gen).to(device)
+            idx = torch.randint(0, lat_all.shape[0], (cfg["batch_size"],), generator=gen).to(device)
+            tmpl = torch.randint(0, len(TEMPLATES), (cfg["batch_size"],), generator=gen).to(device)
+            lat, combo = lat_all[idx], combo_all[idx]
+            noise = torch.randn(lat.shape, generator=gen).to(device, lat.dtype)
             t = torch.randint(0, sched.config.num_train_timesteps, (lat.shape[0],), generator=gen).to(device)
-            ids = train_ids[tmpl.to(device), cls_all[idx.to(device)]]
-            with meter.step([concept_emb.rows]):
-                loss = denoise_loss(lat, ids, t, noise)
-                loss.backward()
+            noisy = sched.add_noise(lat, noise, t)
+            ids = [ti[tmpl, combo] for ti in train_ids]
+            scale = train_scale[tmpl, combo]
+            with meter.step(trainable):
+                with autocast:
+                    if cw > 0:
+                        b = lat.shape[0]
+                        ii = torch.arange(b, device=device).repeat_interleave(b)
+                        jj = torch.arange(b, device=device).repeat(b)
+                        for ce in concept_embs:
+                            ce.grad_scale = scale[jj]
+                        err = errors(predict(noisy[ii], t[ii], [x[jj] for x in ids]), noise[ii]).view(b, b)
+                        s = -err
+                        different = (combo[:, None] != combo[None, :])
+                        gap = s.diagonal()[:, None] - s
+                        term = F.relu(margin - gap)[different].mean() if bool(different.any()) else err.sum() * 0
+                        loss_main = err.diagonal().mean()
+                        loss = loss_main + cw * term
+                    else:
+                        for ce in concept_embs:
+                            ce.grad_scale = scale
+                        loss_main = errors(predict(noisy, t, ids), noise).mean()
+                        loss = loss_main
+                (scaler.scale(loss) if scaler else loss).backward()
+            if scaler:
+                scaler.unscale_(opt)
+            if cfg["max_grad_norm"] > 0:
+                torch.nn.utils.clip_grad_norm_(trainable, cfg["max_grad_norm"])
             lr_now = opt.param_groups[0]["lr"]
-            opt.step()
+            if scaler:
+                scaler.step(opt)
+                scaler.update()
+            else:
+                opt.step()
             lr_sched.step()
             opt.zero_grad(set_to_none=True)
-            value = float(loss.detach())
+            value = float(loss_main.detach())
             history["train_loss"].append(value)
             history["lr"].append(lr_now)
+            if cw > 0:
+                history["contrastive"].append(float(term.detach()))
             if on_step is not None:
                 on_step(step, {"train_loss": value, "lr": lr_now})
             if not math.isfinite(value):
                 break
-        peak = meter.peak_mb([concept_emb.rows], opt)
-        final = val_loss()
-        learned = concept_emb.rows.detach().float().cpu().clone()
+        for ce in concept_embs:
+            ce.grad_scale = None
+        peak = meter.peak_mb(trainable, opt)
+        final = validate(final=True)
+        learned = [ce.rows().detach().float().cpu().clone() for ce in concept_embs]
+        artifacts = _exports(base, tokens, concepts.names, learned, unet if lora_unet else None,
+                             encoders if lora_text else [], cfg)
     finally:
-        emb.token_embedding = base_tok
+        for emb, base_tok in saved_embs:
+            emb.token_embedding = base_tok
     return {
-        "val_loss": final,
+        **final,
         "peak_mem_mb": peak,
         "val_loss_init": val_init,
         "train_seconds": time.perf_counter() - started,
+        "trainable_params": sum(counts.values()),
+        **{f"trainable_params_{k}": v for k, v in counts.items()},
         "history": history,
-        "tags": {"peak_mem_source": meter.source, "device": device.type},
-        "embeddings": {tok: learned[i] for i, tok in enumerate(flat)},
+        "tags": {"peak_mem_source": meter.source, "device": device.type, "model": base.source},
+        "embeddings": {tok: learned[0][i] for i, tok in enumerate(flat)},
+        "artifacts": artifacts,
     }
+
+
+def _exports(
+    base: BaseModel, tokens: list[list[str]], names: tuple[str, ...], learned: list[torch.Tensor],
+    unet: torch.nn.Module | None, text_encoders: list[torch.nn.Module], cfg: Mapping[str, Any],
+) -> dict[str, bytes]:
+    """What the trial learned, in the layouts diffusers loads: one learned_embeds.safetensors per
+    concept (load_textual_inversion; SDXL keys clip_l / clip_g) and pytorch_lora_weights.safetensors
+    (load_lora_weights, with the LoRA config as adapter metadata so alpha survives)."""
+    from safetensors.torch import save
+
+    out: dict[str, bytes] = {}
+    offset = 0
+    for name, group in zip(names, tokens):
+        rows = [m[offset: offset + len(group)].contiguous() for m in learned]
+        offset += len(group)
+        if base.is_sdxl:
+            state = {"clip_l": rows[0], "clip_g": rows[1]}
+        else:
+            state = {f"<{name}>": rows[0]}
+        out[f"concepts/{name}/learned_embeds.safetensors"] = save(state)
+    if unet is None and not text_encoders:
+        return out
+    from diffusers import StableDiffusionPipeline, StableDiffusionXLPipeline
+    from diffusers.utils import convert_state_dict_to_diffusers
+    from peft.utils import get_peft_model_state_dict
+
+    def layers(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+        return convert_state_dict_to_diffusers(
+            {k: v.detach().float().cpu().contiguous() for k, v in get_peft_model_state_dict(module).items()}
+        )
+
+    meta = {"r": cfg["lora_rank"], "lora_alpha": cfg["lora_alpha"]}
+    kwargs: dict[str, Any] = {}
+    if unet is not None:
+        kwargs |= {"unet_lora_layers": layers(unet),
+                   "unet_lora_adapter_metadata": {**meta, "target_modules": LORA_UNET_TARGETS}}
+    text_meta = {**meta, "target_modules": LORA_TEXT_TARGETS}
+    for i, te in enumerate(text_encoders):
+        suffix = "" if i == 0 else "_2"
+        kwargs |= {f"text_encoder{suffix}_lora_layers": layers(te),
+                   f"text_encoder{suffix}_lora_adapter_metadata": text_meta}
+    pipe_cls = StableDiffusionXLPipeline if base.is_sdxl else StableDiffusionPipeline
+    with tempfile.TemporaryDirectory() as tmp:
+        pipe_cls.save_lora_weights(tmp, **kwargs)
+        out["pytorch_lora_weights.safetensors"] = (Path(tmp) / "pytorch_lora_weights.safetensors").read_bytes()
+    return out
 

@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--ray-address", help="join a running Ray cluster [start a local one]")
     run.add_argument("--sampler", choices=SAMPLERS, default="tpe")
     run.add_argument("--seed", type=int, help="sampler seed: the same seed samples the same sequence")
-    run.add_argument("--model", default="tiny", help="tiny or a local diffusers folder [tiny]")
+    run.add_argument("--model", default="tiny", help="tiny, tiny-sdxl or a local diffusers folder [tiny]")
     run.add_argument("--data", help="folder of concept images [synthetic concepts]")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                      help="override a fixed parameter (repeatable)")
@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--port", type=int, default=5000)
 
     exp = sub.add_parser("export-model", help="write a built-in model as a diffusers folder")
-    exp.add_argument("model", choices=("tiny",))
+    exp.add_argument("model", choices=("tiny", "tiny-sdxl"))
     exp.add_argument("directory")
     return p
 
@@ -137,11 +137,11 @@ def check_tracking_uri(uri: str) -> None:
 
 
 def check_model(value: str) -> None:
-    if value in ("tiny",):
+    if value in ("tiny", "tiny-sdxl"):
         return
     path = Path(value)
     if not path.is_dir():
-        raise UsageError(f"--model {value!r}: neither 'tiny' nor a directory")
+        raise UsageError(f"--model {value!r}: neither tiny, tiny-sdxl nor a directory")
     missing = [n for n in ("model_index.json", "unet", "vae", "text_encoder", "tokenizer", "scheduler")
                if not (path / n).exists()]
     if missing:

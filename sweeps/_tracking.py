@@ -104,7 +104,11 @@ class Tracker:
         if files:
             with tempfile.TemporaryDirectory() as tmp:
                 for name, blob in files.items():
-                    (Path(tmp) / name).write_bytes(blob)
+                    path = Path(tmp) / name
+                    if not path.resolve().is_relative_to(Path(tmp).resolve()):
+                        continue  # an artifact name must stay inside the run's folder
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_bytes(blob)
                 self.client.log_artifacts(run_id, tmp)
         self.client.set_terminated(run_id, status=status)
 

@@ -42,12 +42,7 @@ def normalize_result(raw: Any) -> dict[str, Any]:
             raise ValueError(f"objective result lacks {key!r} (got {sorted(metrics)})")
         if not math.isfinite(metrics[key]):
             raise ValueError(f"objective returned non-finite {key}={metrics[key]}")
-    artifacts = dict(raw.get("artifacts", {}))
-    if raw.get("embeddings"):
-        from safetensors.torch import save
-
-        embeds = {k: v.contiguous() for k, v in raw["embeddings"].items()}
-        artifacts["learned_embeds.safetensors"] = save(embeds)
+    artifacts = {str(k): bytes(v) for k, v in dict(raw.get("artifacts", {})).items()}
     return {
         "metrics": metrics,
         "history": {k: [float(x) for x in v] for k, v in dict(raw.get("history", {})).items()},

@@ -39,7 +39,7 @@ BAD = [
      ["--data", "no .png/.jpg"]),
     ({"s.yaml": GOOD_SPACE, "imgs/a.png": "not a png", "imgs/b.png": "x"}, ["run", "s.yaml", "--data", "imgs"],
      ["unreadable image", "a.png"]),
-    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--model", "no/such/model"], ["--model", "neither 'tiny'"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--model", "no/such/model"], ["--model", "neither tiny"]),
     ({"s.yaml": GOOD_SPACE, "fake/model_index.json": "{}"}, ["run", "s.yaml", "--model", "fake"],
      ["--model", "not a diffusers folder", "unet"]),
     ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--storage", "notaurl"], ["--storage", "not a database URL"]),
