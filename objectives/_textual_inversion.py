@@ -97,7 +97,7 @@ class ConceptEmbedding(torch.nn.Module):
         new = F.embedding((input_ids - self.first_id).clamp(min=0), self.rows())
         if self.grad_scale is not None:
             f = self.grad_scale.unsqueeze(-1).to(new.dtype)
-            new = new * f + (new * (1 - f)).detach()
+            new = new.detach() + (new - new.detach()) * f  # value exactly `new`, gradient x f
         return torch.where(is_new.unsqueeze(-1), new.to(old.dtype), old)
 
 
@@ -123,25 +123,42 @@ def token_rank_factors(ids: torch.Tensor, first_id: int, decay: float) -> torch.
     return out.reshape(ids.shape)
 
 
-def unfreeze(text_encoder: torch.nn.Module, mode: str, layers: int) -> None:
+def used_layers(text_encoder: torch.nn.Module, index: int, *, sdxl: bool) -> list[int]:
+    """Encoder layers whose output reaches the UNet. SDXL conditions on the penultimate hidden
+    state of both encoders and pools only the second, so the first encoder's last layer (and
+    final norm) can never get a gradient: csweep neither unfreezes nor adapts them."""
+    n = len(_inner(text_encoder).encoder.layers)
+    return list(range(n - 1)) if sdxl and index == 0 else list(range(n))
+
+
+def unfreeze(text_encoder: torch.nn.Module, mode: str, layers: int, used: list[int]) -> None:
     """Freeze modes beyond the concept rows (which always train). The token embedding matrix
-    itself never trains."""
+    itself never trains, nor do layers whose output is unused."""
     layer_list = _inner(text_encoder).encoder.layers
     if mode == "embedding_only":
         return
-    if layers > len(layer_list) and mode == "top_layers":
-        raise ValueError(f"unfreeze_layers must be <= the encoder's {len(layer_list)} layers, got {layers}")
+    if layers > len(used) and mode == "top_layers":
+        raise ValueError(f"unfreeze_layers must be <= the encoder's {len(used)} used layers, got {layers}")
     if mode == "attention_only":
-        for layer in layer_list:
+        for i in used:
             for name in LORA_TEXT_TARGETS:
-                getattr(layer.self_attn, name).requires_grad_(True)
+                getattr(layer_list[i].self_attn, name).requires_grad_(True)
     elif mode == "top_layers":
-        for layer in layer_list[len(layer_list) - layers:]:
-            layer.requires_grad_(True)
+        for i in used[len(used) - layers:]:
+            layer_list[i].requires_grad_(True)
     elif mode == "full":
+        unused = {f"layers.{i}." for i in range(len(layer_list)) if i not in used}
         for name, p in text_encoder.named_parameters():
-            if "token_embedding" not in name:
-                p.requires_grad_(True)
+            if "token_embedding" in name or any(u in name for u in unused):
+                continue
+            if unused and "final_layer_norm" in name:
+                continue
+            p.requires_grad_(True)
+
+
+def lora_text_pattern(used: list[int]) -> str:
+    """peft target_modules regex: the attention projections of the used layers."""
+    return rf".*layers\.({'|'.join(map(str, used))})\.self_attn\.({'|'.join(LORA_TEXT_TARGETS)})"
 
 
 def _projection(hidden: int, dim: int) -> torch.Tensor | None:
@@ -158,6 +175,7 @@ def textual_inversion(
     model: str = "tiny",
     data: str | None = None,
     on_step: StepCallback | None = None,
+    on_trained: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Train concept embeddings (and what the knobs unfreeze); returns val_loss, peak_mem_mb,
     metrics, per-step history and the learned weights as diffusers-loadable files."""
@@ -190,16 +208,17 @@ def textual_inversion(
     unet = copy.deepcopy(base.unet) if lora_unet else base.unet
     from peft import LoraConfig, inject_adapter_in_model
 
-    def lora_config(targets: list[str]) -> LoraConfig:
+    def lora_config(targets: list[str] | str) -> LoraConfig:
         return LoraConfig(r=rank, lora_alpha=cfg["lora_alpha"], init_lora_weights="gaussian",
                           target_modules=targets)
 
     if lora_unet:
         unet.add_adapter(lora_config(LORA_UNET_TARGETS))
     for i, te in enumerate(encoders):
+        used = used_layers(te, i, sdxl=base.is_sdxl)
         if lora_text:
-            encoders[i] = te = inject_adapter_in_model(lora_config(LORA_TEXT_TARGETS), te)
-        unfreeze(te, cfg["freeze"], cfg["unfreeze_layers"])
+            encoders[i] = te = inject_adapter_in_model(lora_config(lora_text_pattern(used)), te)
+        unfreeze(te, cfg["freeze"], cfg["unfreeze_layers"], used)
     concept_embs, saved_embs = [], []
     for i, (te, tok) in enumerate(zip(encoders, tokenizers)):
         emb = _embeddings_module(te)
@@ -235,6 +254,15 @@ def textual_inversion(
         "unet_lora": [p for p in unet.parameters() if p.requires_grad] if lora_unet else [],
     }
     counts = {k: sum(p.numel() for p in v) for k, v in groups.items()}
+    # gradient norms logged per step, per group: the concept codes of each encoder, each
+    # encoder's unfrozen or LoRA weights, the UNet's LoRA
+    norm_groups = {f"embedding_{i}": [ce.z] for i, ce in enumerate(concept_embs)}
+    for i, te in enumerate(encoders):
+        own = [p for p in te.parameters() if p.requires_grad]
+        if own:
+            norm_groups[f"text_encoder_{i}"] = own
+    if groups["unet_lora"]:
+        norm_groups["unet_lora"] = groups["unet_lora"]
 
     first_id = concept_embs[0].first_id
 
@@ -308,6 +336,7 @@ def textual_inversion(
         lat_all, combo_all = cache["train_lat"], cache["train_combo"]
         cw, margin = cfg["contrastive_weight"], cfg["contrastive_margin"]
         history: dict[str, list[float]] = {"train_loss": [], "lr": []}
+        history |= {f"grad_norm.{k}": [] for k in norm_groups}
         if cw > 0:
             history["contrastive"] = []
         # 5) epsilon-prediction MSE on cached latents (+ the in-batch contrastive margin term)
@@ -343,6 +372,9 @@ def textual_inversion(
                 (scaler.scale(loss) if scaler else loss).backward()
             if scaler:
                 scaler.unscale_(opt)
+            for key, ps in norm_groups.items():
+                sq = sum(float(p.grad.detach().float().pow(2).sum()) for p in ps if p.grad is not None)
+                history[f"grad_norm.{key}"].append(math.sqrt(sq))
             if cfg["max_grad_norm"] > 0:
                 torch.nn.utils.clip_grad_norm_(trainable, cfg["max_grad_norm"])
             lr_now = opt.param_groups[0]["lr"]
@@ -367,6 +399,9 @@ def textual_inversion(
         peak = meter.peak_mb(trainable, opt)
         final = validate(final=True)
         learned = [ce.rows().detach().float().cpu().clone() for ce in concept_embs]
+        if on_trained is not None:
+            on_trained({"text_encoders": encoders, "unet": unet, "concept_embeddings": concept_embs,
+                        "base": base, "groups": groups})
         artifacts = _exports(base, tokens, concepts.names, learned, unet if lora_unet else None,
                              encoders if lora_text else [], cfg)
     finally:

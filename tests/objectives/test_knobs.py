@@ -1,0 +1,237 @@
+"""Each knob's mechanism, not just that it is accepted."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from objectives._textual_inversion import (
+    LORA_TEXT_TARGETS,
+    LORA_UNET_TARGETS,
+    ConceptEmbedding,
+    _embeddings_module,
+    _inner,
+    cached_base_model,
+    textual_inversion,
+    token_rank_factors,
+)
+
+FAST = {"steps": 4, "lr": 1e-2}
+
+
+def trained_parts(params: dict, model: str = "tiny") -> tuple[dict, dict]:
+    box: dict = {}
+    out = textual_inversion({**FAST, **params}, model=model, on_trained=box.update)
+    return out, box
+
+
+# --- 2) token_weight_decay -----------------------------------------------------------------
+def test_rank_factors_follow_first_occurrence():
+    ids = torch.tensor([[1, 100, 5, 101, 100, 102, 2]])
+    f = token_rank_factors(ids, first_id=100, decay=0.5)
+    assert f.tolist() == [[1.0, 1.0, 1.0, 0.5, 1.0, 0.25, 1.0]]
+
+
+@pytest.mark.parametrize("decay", [0.5, 0.1])
+def test_token_weight_decay_scales_each_concept_gradient_exactly(decay):
+    base = cached_base_model("tiny", "cpu")
+    te, tok = base.text_encoder, base.tokenizer
+    first = len(tok)
+    emb = _embeddings_module(te)
+    original = emb.token_embedding
+    ids = torch.tensor([[tok.bos_token_id, first + 1, 320, first, tok.eos_token_id]])  # <b> a <a>
+    weights = torch.randn(1, 5, te.config.hidden_size, generator=torch.Generator().manual_seed(0))
+    grads = []
+    for d in (1.0, decay):
+        z = torch.randn(2, te.config.hidden_size, generator=torch.Generator().manual_seed(1))
+        ce = ConceptEmbedding(original, first, z, None)
+        ce.grad_scale = token_rank_factors(ids, first, d)
+        emb.token_embedding = ce
+        try:
+            (te(ids)[0] * weights).sum().backward()
+        finally:
+            emb.token_embedding = original
+        grads.append(ce.z.grad.clone())
+    # token first+1 comes first in the prompt (k=0), token `first` second (k=1)
+    assert torch.allclose(grads[1][1], grads[0][1])
+    assert torch.allclose(grads[1][0], decay * grads[0][0], rtol=1e-5, atol=1e-8)
+    assert grads[0][0].abs().sum() > 0
+
+
+def test_synthetic_set_has_multi_concept_prompts():
+    from objectives._data import synthetic_concepts
+
+    concepts = synthetic_concepts(32)
+    assert any(len(c) == 2 for _, c in concepts.train)
+    assert any(len(c) == 2 for _, c in concepts.val)
+
+
+# --- 3) freeze ------------------------------------------------------------------------------
+def _changed(trained: torch.nn.Module, base: torch.nn.Module) -> dict[str, bool]:
+    ref = dict(base.named_parameters())
+    return {n: not torch.equal(p.detach(), ref[n].detach()) for n, p in trained.named_parameters()}
+
+
+@pytest.mark.parametrize("mode,extra", [
+    ("embedding_only", {}), ("attention_only", {}), ("top_layers", {"unfreeze_layers": 1}), ("full", {}),
+])
+def test_freeze_modes_train_exactly_their_set(mode, extra):
+    out, box = trained_parts({"freeze": mode, **extra})
+    te, base_te = box["text_encoders"][0], box["base"].text_encoders[0]
+    changed = _changed(te, base_te)
+    n_layers = len(_inner(base_te).encoder.layers)
+
+    def in_set(name: str) -> bool:
+        if "token_embedding" in name:
+            return False
+        if mode == "attention_only":
+            return "self_attn" in name and any(f"{t}." in name for t in LORA_TEXT_TARGETS)
+        if mode == "top_layers":
+            return f"layers.{n_layers - 1}." in name
+        return mode == "full"
+
+    for name, moved in changed.items():
+        if not in_set(name):
+            assert not moved, f"{mode}: frozen {name} changed"
+    trained = [n for n in changed if in_set(n)]
+    assert (len(trained) > 0) == (mode != "embedding_only")
+    assert sum(changed[n] for n in trained) == len(trained), f"{mode}: some of its set did not train"
+    assert out["trainable_params_text"] == sum(p.numel() for n, p in te.named_parameters() if in_set(n))
+
+
+def test_peak_memory_orders_freeze_modes():
+    mem = {m: textual_inversion({**FAST, "freeze": m})["peak_mem_mb"]
+           for m in ("embedding_only", "attention_only", "full")}
+    assert mem["embedding_only"] < mem["attention_only"] < mem["full"]
+
+
+def test_top_layers_beyond_the_encoder_is_refused():
+    with pytest.raises(ValueError, match="unfreeze_layers must be <="):
+        textual_inversion({**FAST, "freeze": "top_layers", "unfreeze_layers": 99})
+
+
+# --- 4) contrastive -------------------------------------------------------------------------
+def test_contrastive_off_at_weight_zero_and_costs_memory_when_on():
+    plain = textual_inversion({**FAST, "seed": 5})
+    zero = textual_inversion({**FAST, "seed": 5, "contrastive_weight": 0.0, "contrastive_margin": 1.0})
+    on = textual_inversion({**FAST, "seed": 5, "contrastive_weight": 1.0, "contrastive_margin": 1.0})
+    assert zero["val_loss"] == plain["val_loss"] and "contrastive" not in zero["history"]
+    assert on["peak_mem_mb"] > plain["peak_mem_mb"]
+    # with a margin far above any error gap, every different-concept pair contributes
+    assert all(v > 0.5 for v in on["history"]["contrastive"])
+    assert on["val_loss"] != plain["val_loss"]
+    assert 0.0 <= on["concept_separation"] <= 1.0
+
+
+# --- 5) LoRA --------------------------------------------------------------------------------
+def _closed_form(module: torch.nn.Module, targets: list[str], rank: int, skip: str = "") -> int:
+    total = 0
+    for name, m in module.named_modules():
+        if skip and skip in name:
+            continue
+        if isinstance(m, torch.nn.Linear) and any(name == t or name.endswith("." + t) for t in targets):
+            total += rank * (m.in_features + m.out_features)
+    return total
+
+
+@pytest.mark.parametrize("rank,targets", [(2, "unet"), (4, "text"), (8, "both")])
+def test_lora_parameter_counts_equal_the_closed_form(rank, targets):
+    out, box = trained_parts({"lora_rank": rank, "lora_targets": targets})
+    base = box["base"]
+    unet_expected = _closed_form(base.unet, LORA_UNET_TARGETS, rank) if targets != "text" else 0
+    text_expected = _closed_form(base.text_encoder, LORA_TEXT_TARGETS, rank) if targets != "unet" else 0
+    assert out["trainable_params_unet_lora"] == unet_expected
+    assert out["trainable_params_text"] == text_expected
+    assert unet_expected + text_expected > 0
+
+
+def test_peak_memory_grows_with_lora_rank():
+    mem = [textual_inversion({**FAST, "lora_rank": r})["peak_mem_mb"] for r in (0, 2, 8)]
+    assert mem[0] < mem[1] < mem[2]
+
+
+def test_lora_alpha_defaults_to_rank():
+    from objectives import resolve_params
+
+    assert resolve_params({"lora_rank": 6})["lora_alpha"] == 6.0
+    assert resolve_params({"lora_rank": 6, "lora_alpha": 3})["lora_alpha"] == 3.0
+
+
+# --- 6) embedding_dim ------------------------------------------------------------------------
+def test_embedding_dim_below_hidden_trains_only_z():
+    out, box = trained_parts({"embedding_dim": 8})
+    ce = box["concept_embeddings"][0]
+    n_tokens = 3
+    assert tuple(ce.z.shape) == (n_tokens, 8)
+    assert ce.z.requires_grad and not ce.proj.requires_grad
+    assert out["trainable_params"] == n_tokens * 8
+    proj = ce.proj
+    assert torch.allclose(proj.T @ proj, torch.eye(8), atol=1e-5)
+    rows = ce.rows().detach()
+    assert torch.allclose(proj @ (proj.T @ rows.T), rows.T, atol=1e-5)  # the rows lie in span(P)
+    hidden = box["base"].text_encoder.config.hidden_size
+    plain = textual_inversion({**FAST, "embedding_dim": hidden})
+    assert plain["trainable_params"] == n_tokens * hidden
+
+
+def test_embedding_dim_above_hidden_is_refused():
+    with pytest.raises(ValueError, match="embedding_dim must be <="):
+        textual_inversion({**FAST, "embedding_dim": 4096})
+
+
+# --- 7) embedding_lr_ratio, 8) clipping and precision -----------------------------------------
+def test_embedding_lr_is_ratio_times_lr():
+    out = textual_inversion({"steps": 3, "lr": 1e-2, "embedding_lr_ratio": 0.3, "lora_rank": 2})
+    assert out["history"]["lr"] == pytest.approx([3e-3] * 3)
+
+
+def test_grad_clipping_changes_the_update():
+    a = textual_inversion({**FAST, "lr": 1.0, "seed": 2})
+    b = textual_inversion({**FAST, "lr": 1.0, "seed": 2, "max_grad_norm": 1e-4})
+    assert a["val_loss"] != b["val_loss"]
+
+
+def test_fp16_is_refused_on_cpu():
+    with pytest.raises(ValueError, match="fp16 needs a CUDA device"):
+        textual_inversion({**FAST, "precision": "fp16"})
+
+
+def test_bf16_trains_with_fp32_trainables_and_less_memory():
+    out, box = trained_parts({"precision": "bf16", "lora_rank": 2})
+    assert all(p.dtype == torch.float32 for g in box["groups"].values() for p in g)
+    assert next(box["base"].unet.parameters()).dtype == torch.bfloat16
+    fp32 = textual_inversion({**FAST, "lora_rank": 2})
+    assert out["peak_mem_mb"] < fp32["peak_mem_mb"]
+    assert out["val_loss"] == pytest.approx(fp32["val_loss"], rel=0.05)
+
+
+# --- SDXL -----------------------------------------------------------------------------------
+def test_sdxl_both_encoders_get_gradients_and_change():
+    out, box = trained_parts({"lora_rank": 2, "lora_targets": "both", "steps": 3}, model="tiny-sdxl")
+    base = box["base"]
+    assert base.is_sdxl and len(box["text_encoders"]) == 2
+    for i in (0, 1):
+        assert min(out["history"][f"grad_norm.embedding_{i}"]) > 0
+        assert min(out["history"][f"grad_norm.text_encoder_{i}"]) > 0
+        lora_b = [p for n, p in box["text_encoders"][i].named_parameters() if "lora_B" in n]
+        assert lora_b and all(p.detach().abs().sum() > 0 for p in lora_b), f"encoder {i} LoRA never trained"
+        trainable = [p for p in box["text_encoders"][i].parameters() if p.requires_grad]
+        assert all(p.grad is None or torch.isfinite(p.grad).all() for p in trainable)
+    codes = [ce.z.detach() for ce in box["concept_embeddings"]]
+    assert codes[0].shape[1] == base.text_encoders[0].config.hidden_size
+    assert codes[1].shape[1] == base.text_encoders[1].config.hidden_size
+    # SDXL conditions on the penultimate layer: the first encoder's last layer is not adapted
+    last = f"layers.{len(_inner(base.text_encoders[0]).encoder.layers) - 1}."
+    assert out["trainable_params_text"] == (
+        _closed_form(base.text_encoders[0], LORA_TEXT_TARGETS, 2, skip=last)
+        + _closed_form(base.text_encoders[1], LORA_TEXT_TARGETS, 2)
+    )
+
+
+def test_sdxl_full_unfreeze_trains_every_trainable_parameter():
+    out, box = trained_parts({"freeze": "full", "steps": 2}, model="tiny-sdxl")
+    for i, te in enumerate(box["text_encoders"]):
+        ref = dict(box["base"].text_encoders[i].named_parameters())
+        for name, p in te.named_parameters():
+            moved = not torch.equal(p.detach(), ref[name].detach())
+            assert moved == p.requires_grad, f"encoder {i} {name}: trainable={p.requires_grad} moved={moved}"
