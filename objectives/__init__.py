@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from ._export import BUILTIN_MODELS, export_model, prepare_model
 from ._data import SYNTHETIC_CONCEPTS, check_data_dir
-from ._params import TEXTUAL_INVERSION_PARAMS, ParamRule, check_param, resolve_params
+from ._params import (
+    TEXTUAL_INVERSION_PARAMS,
+    ParamRule,
+    check_against_model,
+    check_param,
+    model_limits,
+    resolve_params,
+)
 from ._registry import BUILTIN_OBJECTIVES, ObjectiveSpec, check_plugin_importable, get_objective
 
 __all__ = [
@@ -16,7 +23,9 @@ __all__ = [
     "ParamRule",
     "SYNTHETIC_CONCEPTS",
     "TEXTUAL_INVERSION_PARAMS",
+    "check_against_model",
     "check_data_dir",
+    "model_limits",
     "check_param",
     "check_plugin_importable",
     "get_objective",

@@ -138,3 +138,36 @@ def resolve_params(params: Mapping[str, Any]) -> dict[str, Any]:
     if out["lora_alpha"] is None:
         out["lora_alpha"] = float(out["lora_rank"])
     return out
+
+
+# Shapes of the built-in models, so that shape rules are checked without loading anything.
+_BUILTIN_SHAPES = {"tiny": {"hidden": 32, "layers": 2}, "tiny-sdxl": {"hidden": 32, "layers": 1}}
+
+
+def model_limits(model: str) -> dict[str, int] | None:
+    """Smallest text-encoder width and number of layers that reach the UNet, read from the
+    config files alone (no torch); None when they cannot be read."""
+    import json
+    from pathlib import Path
+
+    if model in _BUILTIN_SHAPES:
+        return dict(_BUILTIN_SHAPES[model])
+    root = Path(model)
+    configs = [root / "text_encoder" / "config.json", root / "text_encoder_2" / "config.json"]
+    try:
+        loaded = [json.loads(p.read_text()) for p in configs if p.is_file()]
+        hidden = min(int(c["hidden_size"]) for c in loaded)
+        # SDXL conditions on the first encoder's penultimate layer
+        layers = int(loaded[0]["num_hidden_layers"]) - (1 if len(loaded) == 2 else 0)
+    except (OSError, ValueError, KeyError):
+        return None
+    return {"hidden": hidden, "layers": layers}
+
+
+def check_against_model(name: str, value: Any, limits: Mapping[str, int]) -> str | None:
+    """Shape rules that depend on the model: embedding_dim and unfreeze_layers."""
+    if name == "embedding_dim" and isinstance(value, int) and value > limits["hidden"]:
+        return f"embedding_dim must be <= the model's text-encoder width {limits['hidden']}, got {value}"
+    if name == "unfreeze_layers" and isinstance(value, int) and value > limits["layers"]:
+        return f"unfreeze_layers must be <= the model's {limits['layers']} used encoder layers, got {value}"
+    return None

@@ -163,20 +163,22 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def check_objective_params(space: SearchSpace, fixed: dict[str, Any], objective: Any) -> None:
-    from objectives import check_param
+def check_objective_params(space: SearchSpace, fixed: dict[str, Any], objective: Any, model: str) -> None:
+    """Every fixed value, and both bounds (or every choice) of every sampled range, against the
+    objective's rules and the model's shapes."""
+    from objectives import check_against_model, check_param, model_limits
 
     if objective.params is None:
         return
-    for name, value in fixed.items():
+    limits = model_limits(model)
+    checks = [(f"fixed.{k}", k, v) for k, v in fixed.items()]
+    checks += [(f"params.{p.name}", p.name, v) for p in space.params for v in p.extremes()]
+    for where, name, value in checks:
         err = check_param(name, value, known=objective.params)
+        if err is None and limits is not None:
+            err = check_against_model(name, value, limits)
         if err:
-            raise UsageError(f"{space.source}: fixed.{name}: {err}")
-    for p in space.params:
-        for value in p.extremes():
-            err = check_param(p.name, value, known=objective.params)
-            if err:
-                raise UsageError(f"{space.source}: params.{p.name}: {err}")
+            raise UsageError(f"{space.source}: {where}: {err}")
 
 
 def _load_space(ref: str) -> SearchSpace:
@@ -206,8 +208,8 @@ def cmd_run(a: argparse.Namespace) -> int:
         if key in sampled:
             raise UsageError(f"--set {key}: {key!r} is sampled by the space; only fixed parameters can be set")
     fixed = {**space.fixed, **overrides}
-    check_objective_params(space, fixed, objective)
     check_model(a.model)
+    check_objective_params(space, fixed, objective, a.model)
     if a.data is not None:
         err = check_data_dir(a.data)
         if err:

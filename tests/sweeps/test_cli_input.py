@@ -32,6 +32,17 @@ BAD = [
     ({"s.yaml": "name: s\nparams:\n  init_std: {type: float, low: -1.0, high: 0.3}\n"}, ["run", "s.yaml"],
      ["params.init_std", "init_std must be a float > 0", "-1.0"]),
     ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--set", "lr=-1"], ["lr must be a float > 0"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--set", "freeze=most"], ["freeze must be one of", "'most'"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--set", "token_weight_decay=1.5"],
+     ["token_weight_decay must be a float in (0, 1]", "1.5"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--set", "precision=fp8"], ["precision must be one of"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--set", "lora_targets=vae"], ["lora_targets must be one of"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--set", "lora_rank=-2"], ["lora_rank must be an int >= 0"]),
+    ({"s.yaml": "name: s\nparams:\n  embedding_dim: {type: int, low: 4, high: 64}\n"}, ["run", "s.yaml"],
+     ["params.embedding_dim", "text-encoder width 32", "64"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--model", "tiny-sdxl", "--set", "unfreeze_layers=2"],
+     ["unfreeze_layers must be <= the model's 1 used encoder layers"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--set", "init_from=dog"], ["init_from must be 'random' or 'word:WORD'"]),
     ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--set", "init_std=0.1"], ["init_std", "sampled"]),
     ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--workers", "0"], ["--workers", ">= 1"]),
     ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--data", "missing_dir"], ["--data", "not a directory"]),
@@ -102,5 +113,6 @@ def test_spaces_lists_builtins_without_heavy_imports(tmp_path):
     res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert res.returncode == 0
-    assert res.stdout.splitlines()[0].startswith("warmup_init ")
+    names = [line.split()[0] for line in res.stdout.splitlines()[:-1]]
+    assert names == ["all8", "contrastive", "freeze", "lora_embed", "token_decay", "warmup_init"]
     assert res.stdout.splitlines()[-1] == "False"
