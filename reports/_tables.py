@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import math
 from pathlib import Path
 from typing import Any
@@ -13,12 +14,29 @@ MAX_MEM_ATTR = "max_mem_mb"
 FIXED_COLUMNS = ("trial", "state", "val_loss", "peak_mem_mb", "mlflow_run_id")
 
 
+def param_names(study: Any) -> list[str]:
+    names: list[str] = []
+    for t in study.trials:
+        names += [p for p in t.distributions if p not in names]
+    return names
+
+
+def numeric_params(study: Any) -> dict[str, dict[str, Any]]:
+    """Numeric sampled params -> {low, high, log}, from the trials' own distributions."""
+    from optuna.distributions import FloatDistribution, IntDistribution
+
+    out: dict[str, dict[str, Any]] = {}
+    for t in study.trials:
+        for name, d in t.distributions.items():
+            if isinstance(d, (FloatDistribution, IntDistribution)) and name not in out:
+                out[name] = {"low": d.low, "high": d.high, "log": d.log}
+    return out
+
+
 def trials_frame(study: Any) -> pd.DataFrame:
     """One row per trial: contract columns, one column per sampled parameter, then extras."""
     max_mem = study.user_attrs.get(MAX_MEM_ATTR)
-    param_names: list[str] = []
-    for t in study.trials:
-        param_names += [p for p in t.distributions if p not in param_names]
+    names = param_names(study)
     rows = []
     for t in study.trials:
         values = t.values if t.values is not None else [math.nan, math.nan]
@@ -29,14 +47,14 @@ def trials_frame(study: Any) -> pd.DataFrame:
             "peak_mem_mb": values[1],
             "mlflow_run_id": t.user_attrs.get("mlflow_run_id", ""),
         }
-        for p in param_names:
+        for p in names:
             row[p] = t.params.get(p)
         if max_mem is not None:
             row["feasible"] = bool(t.state.name == "COMPLETE" and values[1] <= max_mem)
         row["node_id"] = t.user_attrs.get("node_id", "")
         row["fail_reason"] = t.user_attrs.get("fail_reason", "")
         rows.append(row)
-    columns = list(FIXED_COLUMNS) + param_names + (["feasible"] if max_mem is not None else [])
+    columns = list(FIXED_COLUMNS) + names + (["feasible"] if max_mem is not None else [])
     columns += ["node_id", "fail_reason"]
     return pd.DataFrame(rows, columns=columns)
 
@@ -46,30 +64,46 @@ def pareto_frame(study: Any, trials: pd.DataFrame) -> pd.DataFrame:
     from optuna.study._multi_objective import _get_pareto_front_trials
 
     max_mem = study.user_attrs.get(MAX_MEM_ATTR)
-    front = {t.number for t in _get_pareto_front_trials(study, consider_constraint=max_mem is not None)}
+    if max_mem is not None:
+        # feasibility by the budget, for trials told before the constraint was recorded too
+        ok = trials[(trials["state"] == "COMPLETE") & trials["feasible"].astype(bool)]
+        from ._analysis import pareto_mask
+
+        mask = pareto_mask(ok[list(OBJECTIVES)].to_numpy())
+        front = set(ok[mask]["trial"])
+    else:
+        front = {t.number for t in _get_pareto_front_trials(study, consider_constraint=False)}
     out = trials[trials["trial"].isin(front)]
     return out.sort_values(["peak_mem_mb", "val_loss", "trial"]).reset_index(drop=True)
 
 
-def write_tables(study: Any, out_dir: Path) -> dict[str, Path]:
-    """trials.csv, pareto.csv and pareto.md in out_dir; returns the paths by name."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    trials = trials_frame(study)
-    front = pareto_frame(study, trials)
-    paths = {
-        "trials.csv": out_dir / "trials.csv",
-        "pareto.csv": out_dir / "pareto.csv",
-        "pareto.md": out_dir / "pareto.md",
-    }
-    trials.to_csv(paths["trials.csv"], index=False)
-    front.to_csv(paths["pareto.csv"], index=False)
-    title = f"# Pareto front of {study.study_name}\n\n"
-    counts = trials["state"].value_counts().to_dict()
-    lead = (
-        f"{len(front)} non-dominated of {len(trials)} trials "
-        f"({', '.join(f'{k}: {v}' for k, v in sorted(counts.items()))}); "
-        "objectives: minimize val_loss, minimize peak_mem_mb.\n\n"
+def run_link(run_id: str, tracking_uri: str | None, experiment_id: str | None) -> str:
+    if run_id and tracking_uri and tracking_uri.startswith(("http://", "https://")) and experiment_id:
+        url = f"{tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+        return f'<a href="{html.escape(url)}">{html.escape(run_id)}</a>'
+    return html.escape(run_id or "")
+
+
+def html_table(df: pd.DataFrame, *, tracking_uri: str | None = None, experiment_id: str | None = None) -> str:
+    shown = df.copy()
+    if "mlflow_run_id" in shown.columns:
+        shown["mlflow_run_id"] = [run_link(r, tracking_uri, experiment_id) for r in shown["mlflow_run_id"]]
+    return shown.to_html(index=False, escape=False, na_rep="", float_format=lambda v: f"{v:.6g}",
+                         classes="csweep-table", border=0)
+
+
+def write_table(df: pd.DataFrame, stem: Path, *, title: str, lead: str = "",
+                tracking_uri: str | None = None, experiment_id: str | None = None) -> dict[str, Path]:
+    """stem.csv, stem.md, stem.html and stem.tex."""
+    paths = {ext: stem.with_suffix(f".{ext}") for ext in ("csv", "md", "html", "tex")}
+    df.to_csv(paths["csv"], index=False)
+    body = df.to_markdown(index=False) if len(df) else "_no trials_"
+    paths["md"].write_text(f"# {title}\n\n{lead}\n\n{body}\n")
+    paths["html"].write_text(
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>"
+        f"<body><h1>{html.escape(title)}</h1><p>{html.escape(lead)}</p>"
+        f"{html_table(df, tracking_uri=tracking_uri, experiment_id=experiment_id)}</body></html>\n"
     )
-    body = front.to_markdown(index=False) if len(front) else "_no completed trial yet_"
-    paths["pareto.md"].write_text(title + lead + body + "\n")
-    return paths
+    latex = df.drop(columns=[c for c in ("node_id", "fail_reason") if c in df.columns])
+    paths["tex"].write_text(latex.to_latex(index=False, float_format="%.5g", na_rep="", escape=True))
+    return {p.name: p for p in paths.values()}

@@ -88,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="(re)write the reports of a study from its storage")
     rep.add_argument("study")
+    rep.add_argument("others", nargs="*", metavar="STUDY",
+                     help="more studies: their fronts are overlaid in reports/compare-A-vs-B/")
     common(rep)
 
     sub.add_parser("spaces", help="list the built-in search spaces")
@@ -271,19 +273,29 @@ def cmd_report(a: argparse.Namespace) -> int:
     from ._study import existing_directions, make_storage
 
     st = make_storage(storage)
-    if existing_directions(st, a.study) is None:
-        raise UsageError(f"study {a.study!r}: not in storage {_redacted(storage)}")
+    names = [a.study, *a.others]
+    for name in names:
+        if existing_directions(st, name) is None:
+            raise UsageError(f"study {name!r}: not in storage {_redacted(storage)}")
     import optuna
 
-    from ._runner import write_study_reports
+    from ._runner import _quiet, write_study_reports
     from ._tracking import PARENT_RUN_ATTR, Tracker
 
-    study = optuna.load_study(study_name=a.study, storage=st)
+    _quiet()
     tracking = a.tracking_uri or default_tracking(workdir)
-    parent = study.user_attrs.get(PARENT_RUN_ATTR)
-    tracker = Tracker(tracking, a.study, artifact_root=workdir / "mlartifacts") if parent else None
-    out = write_study_reports(study, workdir, tracker, parent)
-    print(f"reports: {out}")
+    studies = [optuna.load_study(study_name=n, storage=st) for n in names]
+    for study in studies:
+        parent = study.user_attrs.get(PARENT_RUN_ATTR)
+        tracker = Tracker(tracking, study.study_name, artifact_root=workdir / "mlartifacts") if parent else None
+        out = write_study_reports(study, workdir, tracker, parent)
+        print(f"reports: {out}")
+    if len(studies) > 1:
+        from reports import write_comparison
+
+        out = workdir / "reports" / ("compare-" + "-vs-".join(names))
+        write_comparison(studies, out)
+        print(f"comparison: {out}")
     return 0
 
 

@@ -90,6 +90,7 @@ def run_sweep(cfg: RunConfig) -> Outcome:
     study.set_user_attr("space", cfg.space.to_dict())
     study.set_user_attr("objective", cfg.objective)
     tracker = Tracker(cfg.tracking_uri, cfg.study_name, artifact_root=cfg.artifact_root)
+    study.set_user_attr("mlflow_experiment_id", tracker.experiment_id)
     parent = tracker.attach_parent(
         study,
         params={
@@ -194,10 +195,10 @@ def _objective_target(cfg: RunConfig) -> str:
 
 
 def write_study_reports(study: Any, workdir: Path, tracker: Tracker | None, parent: str | None) -> Path:
-    from reports import write_tables
+    from reports import write_study_report
 
     out = workdir / "reports" / study.study_name
-    write_tables(study, out)
+    write_study_report(study, out, tracking_uri=redact(tracker.uri) if tracker else None)
     if tracker is not None and parent:
         tracker.log_files(parent, out, "reports")
     return out

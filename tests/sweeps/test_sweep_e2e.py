@@ -87,9 +87,12 @@ def test_mlflow_parent_and_nested_children(tiny_sweep):
         assert len(client.get_metric_history(run.info.run_id, "lr")) == STEPS
         assert run.data.tags["peak_mem_source"] == "cpu_accounting"
         names = {a.path for a in client.list_artifacts(run.info.run_id)}
-        assert {"config.yaml", "learned_embeds.safetensors"} <= names
+        assert {"config.yaml", "concepts"} <= names
+        embeds = {a.path for a in client.list_artifacts(run.info.run_id, "concepts/red-circle")}
+        assert embeds == {"concepts/red-circle/learned_embeds.safetensors"}
     parent_files = {a.path for a in client.list_artifacts(parents[0].info.run_id, "reports")}
-    assert {"reports/trials.csv", "reports/pareto.csv", "reports/pareto.md"} <= parent_files
+    assert {"reports/trials.csv", "reports/pareto.csv", "reports/pareto.md", "reports/index.html",
+            "reports/summary.json", "reports/coupling.csv", "reports/scaling.csv"} <= parent_files
 
 
 def test_pareto_csv_is_exactly_the_non_dominated_trials(tiny_sweep):

@@ -1,0 +1,76 @@
+"""index.html: one self-contained, offline page (images inline, plotly.js inline, no CDN)."""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ._tables import html_table
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1150px;
+color:#222;padding:0 1rem}
+h1{font-size:1.6rem;margin-bottom:.2rem} h2{margin-top:2rem;border-bottom:1px solid #ddd;padding-bottom:.2rem}
+.muted{color:#666} .cards{display:flex;gap:1rem;flex-wrap:wrap}
+.card{border:1px solid #ddd;border-radius:6px;padding:.6rem 1rem;min-width:8rem}
+.card b{display:block;font-size:1.3rem}
+table.csweep-table{border-collapse:collapse;font-size:.85rem;margin:.5rem 0}
+table.csweep-table th,table.csweep-table td{border-bottom:1px solid #e5e5e5;padding:.25rem .6rem;text-align:right}
+table.csweep-table th{background:#f5f5f5} .scroll{overflow-x:auto;max-height:28rem}
+img{max-width:100%;border:1px solid #eee} figure{margin:1rem 0} li{margin:.3rem 0}
+"""
+
+
+def _img(path: Path, caption: str) -> str:
+    data = base64.b64encode(path.read_bytes()).decode()
+    return (f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{data}">'
+            f"<figcaption class='muted'>{html.escape(caption)}</figcaption></figure>")
+
+
+def render_page(rep: Any, *, images: Mapping[str, Path], figure: Any, tracking_uri: str | None,
+                experiment_id: str | None) -> str:
+    s = rep.summary
+    esc = html.escape
+    counts = "".join(f"<div class='card'>{esc(k)}<b>{v}</b></div>" for k, v in sorted(s["counts_by_state"].items()))
+    hv = f"{s['hypervolume']:.6g}" if s["reference_point"] else "n/a"
+    ref = ", ".join(f"{v:.6g}" for v in s["reference_point"]) if s["reference_point"] else "n/a"
+    couplings = "".join(f"<li>{esc(c.sentence())}</li>" for c in rep.couplings) or (
+        "<li>Not enough completed trials with numeric parameters for a coupling analysis yet.</li>")
+    laws = "".join(f"<li>{esc(f.sentence())}</li>" for f in rep.laws) or "<li>The space declares no laws.</li>"
+    from ._analysis import coupling_frame, scaling_frame
+
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>csweep report: {esc(rep.name)}</title><style>{CSS}</style></head><body>",
+        f"<h1>{esc(rep.name)}</h1><p class='muted'>csweep report — objectives: minimize val_loss, "
+        f"minimize peak_mem_mb{'; memory budget ' + str(s['max_mem_mb']) + ' MB' if s['max_mem_mb'] else ''}.</p>",
+        f"<div class='cards'><div class='card'>trials<b>{s['n_trials']}</b></div>{counts}"
+        f"<div class='card'>Pareto front<b>{s['pareto_size']}</b></div>"
+        f"<div class='card'>hypervolume<b>{hv}</b></div></div>",
+        f"<p class='muted'>Hypervolume reference point ({esc(s['reference_point_rule'])}): [{ref}].</p>",
+        "<h2>Pareto front</h2>",
+        _img(images["Pareto front"], "Pareto front") if "Pareto front" in images else "",
+        "<h3>Interactive</h3>",
+        figure.to_html(full_html=False, include_plotlyjs=True),
+        "<h3>Front table</h3><div class='scroll'>",
+        html_table(rep.front, tracking_uri=tracking_uri, experiment_id=experiment_id), "</div>",
+        "<h2>Coupling</h2><p class='muted'>Share of val_loss variance due to each pair's interaction "
+        "(second-order functional ANOVA term on a Gaussian-process surrogate of the completed trials, "
+        "95% bootstrap interval), strongest first.</p>",
+        f"<ul>{couplings}</ul>",
+        f"<div class='scroll'>{html_table(coupling_frame(rep.couplings))}</div>" if rep.couplings else "",
+        "<h2>Fitted laws</h2>", f"<ul>{laws}</ul>",
+        f"<div class='scroll'>{html_table(scaling_frame(rep.laws))}</div>" if rep.laws else "",
+    ]
+    for caption, path in images.items():
+        if caption != "Pareto front":
+            parts.append(_img(path, caption))
+    parts += [
+        "<h2>All trials</h2><div class='scroll'>",
+        html_table(rep.trials, tracking_uri=tracking_uri, experiment_id=experiment_id),
+        "</div></body></html>",
+    ]
+    return "\n".join(parts)

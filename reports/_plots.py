@@ -1,0 +1,186 @@
+"""Draw what _analysis computed: PNG with matplotlib, interactive HTML with plotly."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ._analysis import OBJECTIVES, LawFit
+
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf")
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _split(trials: pd.DataFrame, front: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    done = trials[trials["state"] == "COMPLETE"].dropna(subset=list(OBJECTIVES))
+    dominated = done[~done["trial"].isin(front["trial"])]
+    return done, dominated
+
+
+def front_png(trials: pd.DataFrame, front: pd.DataFrame, path: Path, *, title: str) -> Path:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+    done, dominated = _split(trials, front)
+    infeasible = done[~done["feasible"].astype(bool)] if "feasible" in done.columns else done.iloc[0:0]
+    feasible_dominated = dominated[~dominated["trial"].isin(infeasible["trial"])]
+    ax.scatter(feasible_dominated["peak_mem_mb"], feasible_dominated["val_loss"], c="#b0b0b0",
+               s=22, label=f"dominated ({len(feasible_dominated)})")
+    if len(infeasible):
+        ax.scatter(infeasible["peak_mem_mb"], infeasible["val_loss"], marker="x", c="#e08080",
+                   s=26, label=f"over memory budget ({len(infeasible)})")
+    f = front.sort_values("peak_mem_mb")
+    ax.step(f["peak_mem_mb"], f["val_loss"], where="post", c=PALETTE[1], lw=1.2, alpha=0.7)
+    ax.scatter(f["peak_mem_mb"], f["val_loss"], c=PALETTE[1], s=40, zorder=3,
+               label=f"Pareto front ({len(f)})")
+    for _, row in f.iterrows():
+        ax.annotate(f"#{int(row['trial'])}", (row["peak_mem_mb"], row["val_loss"]),
+                    textcoords="offset points", xytext=(4, 4), fontsize=8, color=PALETTE[1])
+    ax.set_xlabel("peak_mem_mb (lower is better)")
+    ax.set_ylabel("val_loss (lower is better)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def fronts_overlay_png(fronts: Mapping[str, pd.DataFrame], path: Path) -> Path:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+    for i, (name, f) in enumerate(fronts.items()):
+        f = f.sort_values("peak_mem_mb")
+        color = PALETTE[i % len(PALETTE)]
+        ax.step(f["peak_mem_mb"], f["val_loss"], where="post", c=color, lw=1.2)
+        ax.scatter(f["peak_mem_mb"], f["val_loss"], c=color, s=30, label=f"{name} ({len(f)})")
+    ax.set_xlabel("peak_mem_mb")
+    ax.set_ylabel("val_loss")
+    ax.set_title("Pareto fronts")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _hover(row: pd.Series, params: list[str]) -> str:
+    parts = [f"trial {int(row['trial'])}", f"val_loss={row['val_loss']:.5g}", f"peak_mem_mb={row['peak_mem_mb']:.5g}"]
+    parts += [f"{p}={row[p]}" for p in params if p in row]
+    return "<br>".join(parts)
+
+
+def front_figure(fronts: Mapping[str, tuple[pd.DataFrame, pd.DataFrame]], params: list[str]) -> Any:
+    """Interactive plotly figure: per study its dominated trials (grey) and its front."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for i, (name, (trials, front)) in enumerate(fronts.items()):
+        _, dominated = _split(trials, front)
+        color = PALETTE[(i + 1) % len(PALETTE)] if len(fronts) > 1 else PALETTE[1]
+        suffix = f" ({name})" if len(fronts) > 1 else ""
+        fig.add_trace(go.Scatter(
+            x=dominated["peak_mem_mb"], y=dominated["val_loss"], mode="markers",
+            marker={"color": "#b0b0b0", "size": 7}, name=f"dominated{suffix}",
+            text=[_hover(r, params) for _, r in dominated.iterrows()], hoverinfo="text",
+        ))
+        f = front.sort_values("peak_mem_mb")
+        fig.add_trace(go.Scatter(
+            x=f["peak_mem_mb"], y=f["val_loss"], mode="lines+markers+text", line={"shape": "hv", "color": color},
+            marker={"color": color, "size": 10}, name=f"Pareto front{suffix}",
+            text=[f"#{int(t)}" for t in f["trial"]], textposition="top right",
+            hovertext=[_hover(r, params) for _, r in f.iterrows()], hoverinfo="text",
+        ))
+    fig.update_layout(xaxis_title="peak_mem_mb", yaxis_title="val_loss", template="plotly_white",
+                      height=460, margin={"l": 60, "r": 20, "t": 30, "b": 50})
+    return fig
+
+
+def hv_history_png(history: pd.DataFrame, path: Path) -> Path:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3.2), dpi=110)
+    ax.plot(history["trial"], history["hypervolume"], c=PALETTE[0], marker=".")
+    ax.set_xlabel("trial number")
+    ax.set_ylabel("hypervolume")
+    ax.set_title("Hypervolume of the feasible front")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def pair_png(trials: pd.DataFrame, x: str, y: str, logs: Mapping[str, bool], path: Path,
+             fit: LawFit | None = None) -> Path:
+    """val_loss over a pair of params: a filled contour of the trials (triangulated) under them."""
+    plt = _plt()
+    ok = trials[trials["state"] == "COMPLETE"].dropna(subset=["val_loss", x, y])
+    fig, ax = plt.subplots(figsize=(5.6, 4.4), dpi=110)
+    xs, ys, zs = (ok[c].astype(float).to_numpy() for c in (x, y, "val_loss"))
+    tx = np.log10(xs) if logs.get(x) and (xs > 0).all() else xs
+    ty = np.log10(ys) if logs.get(y) and (ys > 0).all() else ys
+    drawn = None
+    if len(ok) >= 6 and len(set(tx)) > 2 and len(set(ty)) > 2:
+        try:
+            drawn = ax.tricontourf(tx, ty, zs, levels=12, cmap="viridis_r", alpha=0.85)
+        except (ValueError, RuntimeError):
+            drawn = None
+    pts = ax.scatter(tx, ty, c=zs, cmap="viridis_r", edgecolors="white", s=28, zorder=3)
+    fig.colorbar(drawn if drawn is not None else pts, ax=ax, label="val_loss")
+    if fit is not None and math.isfinite(fit.alpha):
+        grid = np.linspace(np.log10(xs[xs > 0].min()), np.log10(xs.max()), 50) if (xs > 0).any() else None
+        if grid is not None:
+            curve = fit.c * (10**grid) ** fit.alpha
+            gx = grid if logs.get(x) else 10**grid
+            gy = np.log10(curve) if logs.get(y) else curve
+            ax.plot(gx, gy, c="#d62728", lw=1.5, label=f"fit: {y}* ∝ {x}^{fit.alpha:.2f}")
+            ax.legend(fontsize=8)
+    ax.set_xlabel(f"log10 {x}" if logs.get(x) else x)
+    ax.set_ylabel(f"log10 {y}" if logs.get(y) else y)
+    ax.set_title(f"val_loss over {x} × {y}")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def law_png(fit: LawFit, path: Path) -> Path:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.2, 3.8), dpi=110)
+    px = np.array([p[0] for p in fit.points])
+    py = np.array([p[1] for p in fit.points])
+    if len(px):
+        ax.scatter(px, py, c=PALETTE[0], label=f"best {fit.y} per {fit.x} bin")
+    if math.isfinite(fit.alpha) and len(px):
+        grid = np.geomspace(px.min(), px.max(), 50)
+        ax.plot(grid, fit.c * grid**fit.alpha, c=PALETTE[1],
+                label=f"{fit.c:.3g}·x^{fit.alpha:.2f} [{fit.alpha_ci_low:.2f}, {fit.alpha_ci_high:.2f}]")
+        for a, style in ((-0.5, ":"), (0.5, "--")):
+            ref = fit.c * grid**a * (np.exp(np.mean(np.log(py))) / np.exp(np.mean(np.log(fit.c * px**a))))
+            ax.plot(grid, ref, c="#888888", ls=style, lw=1, label=f"folk alpha = {a:+.1f}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(fit.x)
+    ax.set_ylabel(f"{fit.y}*")
+    ax.set_title(f"{fit.y}*({fit.x}), power law")
+    ax.grid(alpha=0.3, which="both")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

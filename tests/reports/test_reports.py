@@ -1,0 +1,198 @@
+"""Reports: Pareto/hypervolume against brute force, coupling and laws on planted truths, the page."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+
+import numpy as np
+import optuna
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from optuna.distributions import CategoricalDistribution, FloatDistribution
+from optuna.trial import TrialState, create_trial
+
+from reports import coupling_analysis, fit_power_law, hypervolume, pareto_mask, reference_point, write_study_report
+
+points_2d = st.lists(
+    st.tuples(st.integers(0, 20), st.integers(0, 20)).map(lambda p: (float(p[0]), float(p[1]))),
+    min_size=1, max_size=25,
+)
+
+
+def brute_front(pts: list[tuple[float, float]]) -> set[int]:
+    return {i for i, a in enumerate(pts)
+            if not any(b[0] <= a[0] and b[1] <= a[1] and b != a for b in pts)}
+
+
+def brute_hypervolume(pts: list[tuple[float, float]], ref: tuple[float, float]) -> float:
+    """Union of the boxes [p, ref], on the grid of all coordinates."""
+    xs = sorted({p[0] for p in pts} | {ref[0]})
+    ys = sorted({p[1] for p in pts} | {ref[1]})
+    area = 0.0
+    for x0, x1 in zip(xs, xs[1:]):
+        for y0, y1 in zip(ys, ys[1:]):
+            if any(p[0] <= x0 and p[1] <= y0 for p in pts):
+                area += (x1 - x0) * (y1 - y0)
+    return area
+
+
+@settings(max_examples=150, deadline=None)
+@given(points_2d)
+def test_pareto_set_equals_brute_force(pts):
+    mask = pareto_mask(np.array(pts))
+    assert {i for i, m in enumerate(mask) if m} == brute_front(pts)
+
+
+@settings(max_examples=150, deadline=None)
+@given(points_2d, st.integers(21, 30), st.integers(21, 30))
+def test_hypervolume_equals_brute_force(pts, rx, ry):
+    ref = (float(rx), float(ry))
+    assert hypervolume(np.array(pts), ref) == pytest.approx(brute_hypervolume(pts, ref))
+
+
+def test_reference_point_is_worst_plus_tenth_of_range():
+    pts = np.array([[1.0, 10.0], [3.0, 30.0], [2.0, 20.0]])
+    assert reference_point(pts) == pytest.approx([3.2, 32.0])
+    assert reference_point(np.array([[2.0, 5.0]])) == pytest.approx([2.2, 5.5])
+
+
+def _frame(x: np.ndarray, y: np.ndarray, names: list[str]) -> pd.DataFrame:
+    df = pd.DataFrame(x, columns=names)
+    df.insert(0, "trial", range(len(df)))
+    df.insert(1, "state", "COMPLETE")
+    df.insert(2, "val_loss", y)
+    df.insert(3, "peak_mem_mb", 1.0)
+    return df
+
+
+def test_coupling_ranks_the_planted_interaction_first_and_additive_pairs_near_zero():
+    rng = np.random.default_rng(1)
+    n = 50
+    x = rng.uniform(0, 1, (n, 4))
+    y = 4 * (x[:, 0] - 0.5) * (x[:, 1] - 0.5) + x[:, 2] + 2 * (x[:, 3] - 0.5) ** 2 + rng.normal(0, 0.02, n)
+    names = ["warm", "sigma", "lr", "decay"]
+    out = coupling_analysis(_frame(x, y, names), {k: {"low": 0, "high": 1} for k in names}, n_boot=10)
+    assert (out[0].param_a, out[0].param_b) == ("warm", "sigma")
+    assert out[0].ci_low > 0.1
+    additive = [c for c in out if {c.param_a, c.param_b} == {"lr", "decay"}][0]
+    assert additive.strength < 0.02
+    assert "coupled" in out[0].sentence() and "tuned one at a time" in additive.sentence()
+
+
+def test_planted_power_law_is_recovered_within_its_interval():
+    rng = np.random.default_rng(2)
+    n = 240
+    lx, ly = rng.uniform(0, math.log(100), n), rng.uniform(math.log(1e-2), math.log(1e3), n)
+    val = (ly - math.log(2.0) - 0.5 * lx) ** 2 + rng.normal(0, 0.01, n)
+    fit = fit_power_law(_frame(np.exp(np.stack([lx, ly], 1)), val, ["W", "sigma"]), "W", "sigma")
+    assert fit.alpha_ci_low <= 0.5 <= fit.alpha_ci_high
+    assert abs(fit.alpha - 0.5) < 0.2
+    assert fit.excludes(-0.5) and not fit.excludes(0.5)
+    assert "alpha = -0.5 is excluded" in fit.sentence()
+    assert "alpha = +0.5 is not excluded" in fit.sentence()
+
+
+@pytest.fixture(scope="module")
+def messy_study(tmp_path_factory):
+    """A plug-in study with arbitrary param names, failed, pruned, infeasible and running trials."""
+    storage = f"sqlite:///{tmp_path_factory.mktemp('st') / 'o.db'}"
+    study = optuna.create_study(study_name="messy", storage=storage, directions=["minimize", "minimize"])
+    study.set_user_attr("max_mem_mb", 150.0)
+    study.set_user_attr("space", {"hypotheses": [{"x": "width", "y": "noise", "law": "power"}]})
+    dists = {"width": FloatDistribution(1, 100, log=True), "noise": FloatDistribution(1e-3, 10, log=True),
+             "mode": CategoricalDistribution(["a", "b"])}
+    rng = np.random.default_rng(3)
+    for i in range(60):
+        p = {"width": float(np.exp(rng.uniform(0, math.log(100)))),
+             "noise": float(np.exp(rng.uniform(math.log(1e-3), math.log(10)))), "mode": ["a", "b"][i % 2]}
+        loss = (math.log(p["noise"]) - 0.5 * math.log(p["width"])) ** 2 + 0.1 * (p["mode"] == "b")
+        mem = 10 * p["width"] ** 0.5 + 5 * (p["mode"] == "b")
+        if i % 13 == 5:
+            study.add_trial(create_trial(state=TrialState.FAIL, params=p, distributions=dists,
+                                         user_attrs={"fail_reason": "RuntimeError: boom"}))
+        elif i % 17 == 7:
+            study.add_trial(create_trial(state=TrialState.PRUNED, params=p, distributions=dists))
+        else:
+            study.add_trial(create_trial(values=[loss, mem], params=p, distributions=dists,
+                                         user_attrs={"mlflow_run_id": f"run{i}"}))
+    study.add_trial(create_trial(state=TrialState.RUNNING, params=p, distributions=dists))
+    return study
+
+
+def test_report_of_a_messy_running_study(messy_study, tmp_path):
+    files = write_study_report(messy_study, tmp_path / "out", n_boot=5)
+    for name in ("trials.csv", "pareto.csv", "pareto.md", "pareto.html", "pareto.tex", "pareto.png",
+                 "index.html", "summary.json", "coupling.csv", "scaling.csv", "pareto_front.html"):
+        assert name in files and files[name].stat().st_size > 0, name
+    trials = pd.read_csv(files["trials.csv"])
+    front = pd.read_csv(files["pareto.csv"])
+    assert set(trials["state"]) == {"COMPLETE", "FAIL", "PRUNED", "RUNNING"}
+    assert "feasible" in front.columns and front["feasible"].all()
+    ok = trials[(trials["state"] == "COMPLETE") & trials["feasible"]]
+    pts = list(zip(ok["val_loss"], ok["peak_mem_mb"]))
+    expect = {int(ok.iloc[i]["trial"]) for i in brute_front(pts)}
+    assert set(front["trial"]) == expect
+    assert list(front["peak_mem_mb"]) == sorted(front["peak_mem_mb"])
+    summary = json.loads(files["summary.json"].read_text())
+    assert summary["counts_by_state"]["FAIL"] > 0 and summary["counts_by_state"]["RUNNING"] == 1
+    ref = summary["reference_point"]
+    assert summary["hypervolume"] == pytest.approx(hypervolume(np.array(pts), ref))
+    coupling = pd.read_csv(files["coupling.csv"])
+    assert list(coupling.columns[:5]) == ["param_a", "param_b", "strength", "ci_low", "ci_high"]
+    assert set(coupling.iloc[0][["param_a", "param_b"]]) == {"width", "noise"}
+    scaling = pd.read_csv(files["scaling.csv"])
+    assert list(scaling.columns[:8]) == ["x", "y", "law", "alpha", "alpha_ci_low", "alpha_ci_high", "c", "r2"]
+    assert scaling.iloc[0]["alpha_ci_low"] <= 0.5 <= scaling.iloc[0]["alpha_ci_high"]
+    assert "\\begin{tabular}" in files["pareto.tex"].read_text()
+    page = files["index.html"].read_text()
+    import re
+
+    # offline: no script, stylesheet or image is fetched from anywhere
+    assert not re.search(r"<(script|link|img)[^>]+(src|href)=[\"']?(https?:)?//", page)
+    assert page.count("<script") >= 1 and "data:image/png;base64," in page
+
+
+def test_index_html_renders_in_headless_chromium(messy_study, tmp_path):
+    from PIL import Image
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert browser, "Debian's chromium is installed by .ci/run (apt-get install chromium)"
+    files = write_study_report(messy_study, tmp_path / "out", n_boot=5)
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,1600"]
+    url = files["index.html"].as_uri()
+    shot = tmp_path / "page.png"
+    subprocess.run([browser, *flags, f"--screenshot={shot}", url], capture_output=True, timeout=120, check=True)
+    img = np.asarray(Image.open(shot).convert("L"), dtype=float)
+    assert img.std() > 10, "the page rendered blank"
+    dom = subprocess.run([browser, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=120,
+                         check=True).stdout
+    assert "Pareto front" in dom and "csweep-table" in dom
+    front = pd.read_csv(files["pareto.csv"])
+    assert f"run{int(front.iloc[0]['trial'])}" in dom  # table text present in the rendered DOM
+    assert "plotly-graph-div" in dom and "main-svg" in dom  # the interactive front was drawn
+
+
+def test_report_command_overlays_several_studies(messy_study, tmp_path, capsys):
+    from sweeps import main
+
+    url = messy_study._storage.url if hasattr(messy_study._storage, "url") else None
+    storage = url or str(messy_study._storage.engine.url)
+    other = optuna.create_study(study_name="other", storage=storage, directions=["minimize", "minimize"])
+    for i in range(5):
+        other.add_trial(create_trial(values=[1.0 / (i + 1), 10.0 * i], params={"w": float(i)},
+                                     distributions={"w": FloatDistribution(0, 10)}))
+    rc = main(["report", "messy", "other", "--storage", storage, "--workdir", str(tmp_path)])
+    assert rc == 0
+    out = tmp_path / "reports/compare-messy-vs-other"
+    table = pd.read_csv(out / "pareto.csv")
+    assert set(table["study"]) == {"messy", "other"}
+    assert (out / "pareto.png").stat().st_size > 0 and (out / "pareto_front.html").is_file()
+    assert (tmp_path / "reports/other/index.html").is_file()
+    assert "comparison:" in capsys.readouterr().out
