@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import json
 import math
 import tempfile
 import time
@@ -20,6 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from ._data import TEMPLATES, VAL_TEMPLATE, ConceptSet, folder_concepts, synthetic_concepts
+from ._health import HealthMonitor
+from ._health_config import HealthConfig, TrialStopped
 from ._memory import MemoryMeter
 from ._model import BaseModel, condition, load_base_model
 from ._params import resolve_params
@@ -176,10 +179,12 @@ def textual_inversion(
     data: str | None = None,
     on_step: StepCallback | None = None,
     on_trained: Callable[[dict[str, Any]], None] | None = None,
+    health: HealthConfig | Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train concept embeddings (and what the knobs unfreeze); returns val_loss, peak_mem_mb,
     metrics, per-step history and the learned weights as diffusers-loadable files."""
     cfg = resolve_params(params)
+    hcfg = health if isinstance(health, HealthConfig) else HealthConfig.from_mapping(health or {})
     device = pick_device()
     if cfg["precision"] == "fp16" and device.type != "cuda":
         raise ValueError("precision fp16 needs a CUDA device (GradScaler); this worker has none: use bf16 or fp32")
@@ -254,15 +259,21 @@ def textual_inversion(
         "unet_lora": [p for p in unet.parameters() if p.requires_grad] if lora_unet else [],
     }
     counts = {k: sum(p.numel() for p in v) for k, v in groups.items()}
+    # per encoder, for tests and diagnostics that need to tell the encoders apart
+    per_encoder = [[ce.z] + [p for p in te.parameters() if p.requires_grad]
+                   for ce, te in zip(concept_embs, encoders)]
     # gradient norms logged per step, per group: the concept codes of each encoder, each
     # encoder's unfrozen or LoRA weights, the UNet's LoRA
     norm_groups = {f"embedding_{i}": [ce.z] for i, ce in enumerate(concept_embs)}
+    named = {f"concept_embedding_{i}": ce.z for i, ce in enumerate(concept_embs)}
     for i, te in enumerate(encoders):
-        own = [p for p in te.parameters() if p.requires_grad]
+        own = {f"text_encoder_{i}.{n}": p for n, p in te.named_parameters() if p.requires_grad}
         if own:
-            norm_groups[f"text_encoder_{i}"] = own
+            norm_groups[f"text_encoder_{i}"] = list(own.values())
+            named |= own
     if groups["unet_lora"]:
         norm_groups["unet_lora"] = groups["unet_lora"]
+        named |= {f"unet.{n}": p for n, p in unet.named_parameters() if p.requires_grad}
 
     first_id = concept_embs[0].first_id
 
@@ -321,11 +332,13 @@ def textual_inversion(
         # 4) AdamW: embedding lr = ratio x lr; LR warmup from diffusers.optimization
         from diffusers.optimization import get_scheduler
 
-        param_groups = [{"params": groups["embedding"], "lr": cfg["lr"] * cfg["embedding_lr_ratio"]}]
-        others = groups["text"] + groups["unet_lora"]
-        if others:
-            param_groups.append({"params": others, "lr": cfg["lr"]})
+        param_groups = optimizer_groups(groups, cfg, per_encoder=per_encoder)
         trainable = [p for g in param_groups for p in g["params"]]
+        vocab_norm = float(torch.stack([
+            ce.base.weight[: ce.first_id].detach().float().norm(dim=-1).mean() for ce in concept_embs
+        ]).mean())
+        monitor = HealthMonitor(hcfg, norm_groups, named, lambda: [ce.rows() for ce in concept_embs],
+                                vocab_norm)
         opt = torch.optim.AdamW(param_groups, weight_decay=1e-2)
         lr_sched = get_scheduler(
             "constant_with_warmup", opt, num_warmup_steps=cfg["warmup_steps"],
@@ -336,9 +349,9 @@ def textual_inversion(
         lat_all, combo_all = cache["train_lat"], cache["train_combo"]
         cw, margin = cfg["contrastive_weight"], cfg["contrastive_margin"]
         history: dict[str, list[float]] = {"train_loss": [], "lr": []}
-        history |= {f"grad_norm.{k}": [] for k in norm_groups}
         if cw > 0:
             history["contrastive"] = []
+        stopped: TrialStopped | None = None
         # 5) epsilon-prediction MSE on cached latents (+ the in-batch contrastive margin term)
         for step in range(cfg["steps"]):
             idx = torch.randint(0, lat_all.shape[0], (cfg["batch_size"],), generator=gen).to(device)
@@ -372,31 +385,54 @@ def textual_inversion(
                 (scaler.scale(loss) if scaler else loss).backward()
             if scaler:
                 scaler.unscale_(opt)
-            for key, ps in norm_groups.items():
-                sq = sum(float(p.grad.detach().float().pow(2).sum()) for p in ps if p.grad is not None)
-                history[f"grad_norm.{key}"].append(math.sqrt(sq))
+            value = float(loss_main.detach())
+            history["train_loss"].append(value)
+            # 6) health: gradient statistics now, norms and the phase after the update
+            try:
+                # with a GradScaler, non-finite gradients are skipped steps, not divergence
+                monitor.after_backward(step, value, grads_may_overflow=scaler is not None)
+            except TrialStopped as exc:
+                stopped = exc
+                break
             if cfg["max_grad_norm"] > 0:
                 torch.nn.utils.clip_grad_norm_(trainable, cfg["max_grad_norm"])
             lr_now = opt.param_groups[0]["lr"]
             if scaler:
+                before = scaler.get_scale()
                 scaler.step(opt)
                 scaler.update()
+                monitor.record_scaler(before, skipped=scaler.get_scale() < before)
             else:
                 opt.step()
             lr_sched.step()
             opt.zero_grad(set_to_none=True)
-            value = float(loss_main.detach())
-            history["train_loss"].append(value)
             history["lr"].append(lr_now)
             if cw > 0:
                 history["contrastive"].append(float(term.detach()))
             if on_step is not None:
                 on_step(step, {"train_loss": value, "lr": lr_now})
-            if not math.isfinite(value):
+            try:
+                monitor.after_step(step, history["train_loss"])
+            except TrialStopped as exc:
+                stopped = exc
                 break
         for ce in concept_embs:
             ce.grad_scale = None
+        report = monitor.finish(history["train_loss"], stopped=stopped.reason if stopped else None)
+        history |= monitor.history
         peak = meter.peak_mb(trainable, opt)
+        health_json = json.dumps(report, indent=2, default=float).encode()
+        tags = {"peak_mem_source": meter.source, "device": device.type, "model": base.source,
+                "health": report["health"], "loss_phase": report["phase"]}
+        health_metrics = {k: report[k] for k in ("embed_norm", "embed_norm_max_ratio", "embed_norm_growth",
+                                                 "embed_vector_std_min", "cos_sim_mean", "cos_sim_spread")
+                          if report[k] is not None and math.isfinite(report[k])}
+        if stopped is not None:
+            raise TrialStopped(stopped.reason, stopped.step, {
+                "history": history, "tags": tags, "peak_mem_mb": peak, "health": report,
+                "metrics": {"val_loss_init": val_init, "steps_run": stopped.step + 1, **health_metrics},
+                "artifacts": {"health.json": health_json},
+            })
         final = validate(final=True)
         learned = [ce.rows().detach().float().cpu().clone() for ce in concept_embs]
         if on_trained is not None:
@@ -404,6 +440,7 @@ def textual_inversion(
                         "base": base, "groups": groups})
         artifacts = _exports(base, tokens, concepts.names, learned, unet if lora_unet else None,
                              encoders if lora_text else [], cfg)
+        artifacts["health.json"] = health_json
     finally:
         for emb, base_tok in saved_embs:
             emb.token_embedding = base_tok
@@ -414,11 +451,25 @@ def textual_inversion(
         "train_seconds": time.perf_counter() - started,
         "trainable_params": sum(counts.values()),
         **{f"trainable_params_{k}": v for k, v in counts.items()},
+        **health_metrics,
         "history": history,
-        "tags": {"peak_mem_source": meter.source, "device": device.type, "model": base.source},
+        "tags": tags,
+        "health": report,
         "embeddings": {tok: learned[0][i] for i, tok in enumerate(flat)},
         "artifacts": artifacts,
     }
+
+
+def optimizer_groups(
+    groups: Mapping[str, list[torch.Tensor]], cfg: Mapping[str, Any], *, per_encoder: list[list[torch.Tensor]]
+) -> list[dict[str, Any]]:
+    """AdamW parameter groups: the concept codes at lr x embedding_lr_ratio, the rest at lr.
+    (`per_encoder` lists each text encoder's trainables, concept code first.)"""
+    out = [{"params": list(groups["embedding"]), "lr": cfg["lr"] * cfg["embedding_lr_ratio"]}]
+    others = list(groups["text"]) + list(groups["unet_lora"])
+    if others:
+        out.append({"params": others, "lr": cfg["lr"]})
+    return out
 
 
 def _exports(

@@ -35,6 +35,7 @@ def render_page(rep: Any, *, images: Mapping[str, Path], figure: Any, tracking_u
     s = rep.summary
     esc = html.escape
     counts = "".join(f"<div class='card'>{esc(k)}<b>{v}</b></div>" for k, v in sorted(s["counts_by_state"].items()))
+    health = ", ".join(f"{esc(k)}: {v}" for k, v in sorted(s.get("counts_by_health", {}).items()))
     hv = f"{s['hypervolume']:.6g}" if s["reference_point"] else "n/a"
     ref = ", ".join(f"{v:.6g}" for v in s["reference_point"]) if s["reference_point"] else "n/a"
     couplings = "".join(f"<li>{esc(c.sentence())}</li>" for c in rep.couplings) or (
@@ -51,6 +52,7 @@ def render_page(rep: Any, *, images: Mapping[str, Path], figure: Any, tracking_u
         f"<div class='card'>Pareto front<b>{s['pareto_size']}</b></div>"
         f"<div class='card'>hypervolume<b>{hv}</b></div></div>",
         f"<p class='muted'>Hypervolume reference point ({esc(s['reference_point_rule'])}): [{ref}].</p>",
+        f"<p>Training health: {health}.</p>" if health else "",
         "<h2>Pareto front</h2>",
         _img(images["Pareto front"], "Pareto front") if "Pareto front" in images else "",
         "<h3>Interactive</h3>",

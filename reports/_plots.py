@@ -184,3 +184,36 @@ def law_png(fit: LawFit, path: Path) -> Path:
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+HEALTH_STYLE = {
+    "ok": ("#2ca02c", "o"), "diverged": ("#d62728", "X"), "collapsed": ("#9467bd", "D"),
+    "dead_adapter": ("#8c564b", "s"), "oscillating": ("#ff7f0e", "^"), "degrading": ("#e377c2", "v"),
+}
+
+
+def health_png(trials: pd.DataFrame, x: str, y: str, logs: Mapping[str, bool], path: Path) -> Path:
+    """Where in a parameter pair the trials diverged, collapsed or stayed healthy: the stability
+    boundary of the pair (pruned trials included, at the parameters they were stopped with)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.6, 4.4), dpi=110)
+    shown = trials.dropna(subset=[x, y])
+    shown = shown[shown["health"].astype(str) != ""]
+    for state, group in shown.groupby("health"):
+        color, marker = HEALTH_STYLE.get(str(state), ("#7f7f7f", "o"))
+        gx, gy = group[x].astype(float), group[y].astype(float)
+        ax.scatter(gx, gy, c=color, marker=marker, s=36, label=f"{state} ({len(group)})", edgecolors="white")
+    if logs.get(x):
+        ax.set_xscale("log")
+    if logs.get(y):
+        ax.set_yscale("log")
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.set_title(f"Training health over {x} × {y}")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

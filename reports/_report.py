@@ -23,7 +23,15 @@ from ._analysis import (
     scaling_frame,
 )
 from ._page import render_page
-from ._plots import front_figure, front_png, fronts_overlay_png, hv_history_png, law_png, pair_png
+from ._plots import (
+    front_figure,
+    front_png,
+    fronts_overlay_png,
+    health_png,
+    hv_history_png,
+    law_png,
+    pair_png,
+)
 from ._tables import MAX_MEM_ATTR, numeric_params, pareto_frame, trials_frame, write_table
 
 REFERENCE_RULE = (
@@ -65,6 +73,7 @@ def analyse(study: Any, *, n_boot: int = 20) -> StudyReport:
         "directions": {"val_loss": "minimize", "peak_mem_mb": "minimize"},
         "n_trials": len(trials),
         "counts_by_state": counts,
+        "counts_by_health": {k: int(v) for k, v in trials["health"].replace("", "unknown").value_counts().items()},
         "n_feasible_complete": len(ok),
         "max_mem_mb": study.user_attrs.get(MAX_MEM_ATTR),
         "pareto_size": len(front),
@@ -80,7 +89,8 @@ def analyse(study: Any, *, n_boot: int = 20) -> StudyReport:
     }
     return StudyReport(
         study.study_name, trials, front, summary, couplings, laws,
-        hypervolume_history(trials, ref) if ref else None, list(trials.columns[5:]),
+        hypervolume_history(trials, ref) if ref else None,
+        [c for c in trials.columns[5:] if c not in ("feasible", "health", "node_id", "reason")],
     )
 
 
@@ -132,6 +142,10 @@ def write_study_report(study: Any, out_dir: Path, *, tracking_uri: str | None = 
         name = f"pair_{x}__{y}.png"
         files[name] = images[f"val_loss over {x} × {y}"] = pair_png(
             rep.trials, x, y, logs, out_dir / name, fits.get((x, y)))
+        if rep.trials["health"].astype(bool).any():
+            name = f"health_{x}__{y}.png"
+            files[name] = images[f"Training health over {x} × {y}"] = health_png(
+                rep.trials, x, y, logs, out_dir / name)
     for f in rep.laws:
         name = f"law_{f.x}__{f.y}.png"
         files[name] = images[f"Fitted law {f.y}*({f.x})"] = law_png(f, out_dir / name)

@@ -51,11 +51,12 @@ def trials_frame(study: Any) -> pd.DataFrame:
             row[p] = t.params.get(p)
         if max_mem is not None:
             row["feasible"] = bool(t.state.name == "COMPLETE" and values[1] <= max_mem)
+        row["health"] = t.user_attrs.get("health", "")
         row["node_id"] = t.user_attrs.get("node_id", "")
-        row["fail_reason"] = t.user_attrs.get("fail_reason", "")
+        row["reason"] = t.user_attrs.get("fail_reason") or t.user_attrs.get("prune_reason") or ""
         rows.append(row)
     columns = list(FIXED_COLUMNS) + names + (["feasible"] if max_mem is not None else [])
-    columns += ["node_id", "fail_reason"]
+    columns += ["health", "node_id", "reason"]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -104,6 +105,6 @@ def write_table(df: pd.DataFrame, stem: Path, *, title: str, lead: str = "",
         f"<body><h1>{html.escape(title)}</h1><p>{html.escape(lead)}</p>"
         f"{html_table(df, tracking_uri=tracking_uri, experiment_id=experiment_id)}</body></html>\n"
     )
-    latex = df.drop(columns=[c for c in ("node_id", "fail_reason") if c in df.columns])
+    latex = df.drop(columns=[c for c in ("node_id", "reason") if c in df.columns])
     paths["tex"].write_text(latex.to_latex(index=False, float_format="%.5g", na_rep="", escape=True))
     return {p.name: p for p in paths.values()}

@@ -84,6 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--cpus-per-trial", type=_positive_float("--cpus-per-trial"), default=1.0)
     run.add_argument("--gpus-per-trial", type=_positive_float("--gpus-per-trial", zero_ok=True),
                      help="[1 when the cluster has GPUs, else 0]")
+    run.add_argument("--no-early-stop", action="store_true",
+                     help="never stop a diverging trial early (diagnostics are still computed)")
+    run.add_argument("--health", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a health threshold (see README: Training health)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     rep = sub.add_parser("report", help="(re)write the reports of a study from its storage")
@@ -150,14 +154,14 @@ def check_model(value: str) -> None:
         raise UsageError(f"--model {value!r}: not a diffusers folder (missing {', '.join(missing)})")
 
 
-def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+def parse_overrides(items: Sequence[str], *, flag: str = "--set") -> dict[str, Any]:
     import yaml
 
     out: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
-            raise UsageError(f"--set {item!r}: must be KEY=VALUE")
+            raise UsageError(f"{flag} {item!r}: must be KEY=VALUE")
         try:
             out[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError:
@@ -210,6 +214,15 @@ def cmd_run(a: argparse.Namespace) -> int:
         if key in sampled:
             raise UsageError(f"--set {key}: {key!r} is sampled by the space; only fixed parameters can be set")
     fixed = {**space.fixed, **overrides}
+    health = parse_overrides(a.health, flag="--health")
+    if a.no_early_stop:
+        health["early_stop"] = False
+    from objectives import HealthConfig
+
+    try:
+        HealthConfig.from_mapping(health)
+    except ValueError as exc:
+        raise UsageError(f"--health: {exc}") from None
     check_model(a.model)
     check_objective_params(space, fixed, objective, a.model)
     if a.data is not None:
@@ -242,14 +255,14 @@ def cmd_run(a: argparse.Namespace) -> int:
         objective=objective_name, builtin=objective.builtin, fixed=fixed, model=a.model,
         data=str(Path(a.data).resolve()) if a.data else None, sampler=a.sampler, seed=a.seed,
         ray_address=a.ray_address, cpus_per_trial=a.cpus_per_trial, gpus_per_trial=a.gpus_per_trial,
-        max_mem_mb=a.max_mem_mb, progress=not a.no_progress,
+        max_mem_mb=a.max_mem_mb, health=health, progress=not a.no_progress,
         artifact_root=(workdir / "mlartifacts") if a.tracking_uri is None else None,
     )
     try:
         out = run_sweep(cfg)
     except StudyMismatch as exc:
         raise UsageError(str(exc)) from None
-    print(f"study {out.study_name}: {out.completed} completed, {out.failed} failed"
+    print(f"study {out.study_name}: {out.completed} completed, {out.failed} failed, {out.pruned} pruned"
           + (" (interrupted)" if out.interrupted else ""))
     print(f"reports: {out.report_dir}")
     print(f"MLflow:  csweep ui --workdir {workdir}" if a.tracking_uri is None

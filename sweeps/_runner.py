@@ -38,6 +38,7 @@ class RunConfig:
     cpus_per_trial: float = 1.0
     gpus_per_trial: float | None = None
     max_mem_mb: float | None = None
+    health: Mapping[str, Any] = field(default_factory=dict)
     progress: bool = True
     artifact_root: Path | None = None
 
@@ -47,6 +48,7 @@ class Outcome:
     study_name: str
     completed: int = 0
     failed: int = 0
+    pruned: int = 0
     report_dir: Path | None = None
     parent_run_id: str = ""
     interrupted: bool = False
@@ -111,7 +113,7 @@ def run_sweep(cfg: RunConfig) -> Outcome:
               runtime_env=local_runtime_env())
     options = {"num_cpus": cfg.cpus_per_trial, "num_gpus": _gpus_for(cfg), "max_restarts": 0}
     target = _objective_target(cfg)
-    workers = [make_worker(options, target, cfg.builtin, cfg.model, cfg.data) for _ in range(cfg.workers)]
+    workers = [make_worker(options, target, cfg.builtin, cfg.model, cfg.data, cfg.health) for _ in range(cfg.workers)]
     distributions = cfg.space.distributions()
     in_flight: dict[Any, tuple[Any, str, int]] = {}  # future -> (trial, run id, worker index)
     free = list(range(len(workers)))
@@ -131,7 +133,20 @@ def run_sweep(cfg: RunConfig) -> Outcome:
 
     def finish(trial: Any, run_id: str, result: Mapping[str, Any]) -> None:
         trial.set_user_attr("node_id", result.get("node_id", ""))
-        if result.get("ok"):
+        tags = {**result.get("tags", {}), "ray.node_id": result.get("node_id", "")}
+        if "health" in tags:
+            trial.set_user_attr("health", tags["health"])
+        if result.get("pruned"):
+            reason = result.get("error", "pruned")
+            trial.set_user_attr("prune_reason", reason)
+            study.tell(trial, state=TrialState.PRUNED)
+            outcome.pruned += 1
+            tracker.finish_trial(
+                run_id, status="KILLED", metrics=result.get("metrics", {}), history=result.get("history", {}),
+                tags={**tags, "optuna.state": "PRUNED", "prune_reason": reason[:5000]},
+                artifacts=result.get("artifacts", {}), config={**cfg.fixed, **trial.params},
+            )
+        elif result.get("ok"):
             metrics = result["metrics"]
             values = [metrics["val_loss"], metrics["peak_mem_mb"]]
             if cfg.max_mem_mb is not None:
@@ -140,7 +155,7 @@ def run_sweep(cfg: RunConfig) -> Outcome:
             outcome.completed += 1
             tracker.finish_trial(
                 run_id, status="FINISHED", metrics=metrics, history=result.get("history", {}),
-                tags={**result.get("tags", {}), "ray.node_id": result.get("node_id", "")},
+                tags={**tags, "optuna.state": "COMPLETE"},
                 artifacts=result.get("artifacts", {}), config={**cfg.fixed, **trial.params},
             )
         else:
@@ -165,7 +180,7 @@ def run_sweep(cfg: RunConfig) -> Outcome:
                 except ray.exceptions.RayError as exc:
                     # the worker process died (killed, OOM-killed): fail the trial, replace it
                     result = {"ok": False, "error": f"worker lost: {exc.__class__.__name__}: {exc}"[:2000]}
-                    workers[widx] = make_worker(options, target, cfg.builtin, cfg.model, cfg.data)
+                    workers[widx] = make_worker(options, target, cfg.builtin, cfg.model, cfg.data, cfg.health)
                 finish(trial, run_id, result)
                 free.append(widx)
                 _update(bar, study, outcome, len(in_flight))
@@ -217,4 +232,5 @@ def _update(bar: Any, study: Any, outcome: Outcome, running: int) -> None:
         return
     bar.update(1)
     front = len(study.best_trials)
-    bar.set_postfix(done=outcome.completed, failed=outcome.failed, running=running, front=front)
+    bar.set_postfix(done=outcome.completed, failed=outcome.failed, pruned=outcome.pruned, running=running,
+                    front=front)

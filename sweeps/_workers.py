@@ -31,7 +31,7 @@ def normalize_result(raw: Any) -> dict[str, Any]:
         raise ValueError(f"objective returned {type(raw).__name__}, expected a mapping")
     metrics: dict[str, float] = {}
     for key, value in raw.items():
-        if key in ("history", "tags", "embeddings", "artifacts"):
+        if key in ("history", "tags", "embeddings", "artifacts", "health"):
             continue
         try:
             metrics[str(key)] = float(value)
@@ -52,17 +52,33 @@ def normalize_result(raw: Any) -> dict[str, Any]:
 
 
 def run_trial(
-    objective: str, builtin: bool, params: Mapping[str, Any], *, model: str, data: str | None
+    objective: str, builtin: bool, params: Mapping[str, Any], *, model: str, data: str | None,
+    health: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Run one trial in this process; never raises (a failure is a result)."""
+    """Run one trial in this process; never raises (a failure or a stop is a result)."""
     import importlib
+
+    import optuna
+
+    from objectives import TrialStopped
 
     started = time.perf_counter()
     try:
         module, _, func = objective.partition(":")
         fn = getattr(importlib.import_module(module), func)
-        raw = fn(dict(params), model=model, data=data) if builtin else fn(dict(params))
+        if builtin:
+            raw = fn(dict(params), model=model, data=data, health=dict(health or {}))
+        else:
+            raw = fn(dict(params))
         out = {"ok": True, **normalize_result(raw)}
+    except (optuna.TrialPruned, TrialStopped) as exc:
+        partial = getattr(exc, "partial", {}) or {}
+        out = {
+            "ok": False, "pruned": True, "error": str(exc) or "pruned by the objective",
+            "metrics": {k: float(v) for k, v in partial.get("metrics", {}).items()},
+            "history": partial.get("history", {}), "tags": partial.get("tags", {}),
+            "artifacts": partial.get("artifacts", {}),
+        }
     except Exception as exc:  # noqa: BLE001 - any failure of a trial is recorded, not raised
         out = {
             "ok": False,
@@ -77,8 +93,10 @@ def run_trial(
 class TrialWorker:
     """One per in-flight trial; the base model is built on first use and then reused."""
 
-    def __init__(self, objective: str, builtin: bool, model: str, data: str | None) -> None:
+    def __init__(self, objective: str, builtin: bool, model: str, data: str | None,
+                 health: Mapping[str, Any] | None = None) -> None:
         self.objective, self.builtin, self.model, self.data = objective, builtin, model, data
+        self.health = dict(health or {})
         self.trials_run = 0
 
     def ping(self) -> dict[str, Any]:
@@ -86,7 +104,8 @@ class TrialWorker:
 
     def run(self, params: Mapping[str, Any]) -> dict[str, Any]:
         self.trials_run += 1
-        out = run_trial(self.objective, self.builtin, params, model=self.model, data=self.data)
+        out = run_trial(self.objective, self.builtin, params, model=self.model, data=self.data,
+                        health=self.health)
         out["worker_pid"] = os.getpid()
         out["worker_trial_index"] = self.trials_run
         return out

@@ -182,8 +182,7 @@ def test_index_html_renders_in_headless_chromium(messy_study, tmp_path):
 def test_report_command_overlays_several_studies(messy_study, tmp_path, capsys):
     from sweeps import main
 
-    url = messy_study._storage.url if hasattr(messy_study._storage, "url") else None
-    storage = url or str(messy_study._storage.engine.url)
+    storage = str(messy_study._storage._backend.engine.url)
     other = optuna.create_study(study_name="other", storage=storage, directions=["minimize", "minimize"])
     for i in range(5):
         other.add_trial(create_trial(values=[1.0 / (i + 1), 10.0 * i], params={"w": float(i)},
