@@ -26,6 +26,8 @@ def _plt() -> Any:
 
 def _split(trials: pd.DataFrame, front: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     done = trials[trials["state"] == "COMPLETE"].dropna(subset=list(OBJECTIVES))
+    # out-of-memory trials carry placeholder values: they are counted, not drawn
+    done = done[~done["reason"].astype(str).str.startswith("out of memory")]
     dominated = done[~done["trial"].isin(front["trial"])]
     return done, dominated
 

@@ -33,9 +33,15 @@ def numeric_params(study: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _constraint_values(trial: Any) -> list[float]:
+    c = trial.constraints or []
+    return list(c.values()) if isinstance(c, dict) else list(c)
+
+
 def trials_frame(study: Any) -> pd.DataFrame:
     """One row per trial: contract columns, one column per sampled parameter, then extras."""
     max_mem = study.user_attrs.get(MAX_MEM_ATTR)
+    constrained = max_mem is not None or any(t.constraints for t in study.trials)
     names = param_names(study)
     rows = []
     for t in study.trials:
@@ -49,13 +55,16 @@ def trials_frame(study: Any) -> pd.DataFrame:
         }
         for p in names:
             row[p] = t.params.get(p)
-        if max_mem is not None:
-            row["feasible"] = bool(t.state.name == "COMPLETE" and values[1] <= max_mem)
+        if constrained:
+            # Optuna's constraints (set for a memory budget and for out-of-memory trials)
+            within = values[1] <= max_mem if max_mem is not None else True
+            row["feasible"] = bool(t.state.name == "COMPLETE" and within
+                                   and all(c <= 0 for c in _constraint_values(t)))
         row["health"] = t.user_attrs.get("health", "")
         row["node_id"] = t.user_attrs.get("node_id", "")
         row["reason"] = t.user_attrs.get("fail_reason") or t.user_attrs.get("prune_reason") or ""
         rows.append(row)
-    columns = list(FIXED_COLUMNS) + names + (["feasible"] if max_mem is not None else [])
+    columns = list(FIXED_COLUMNS) + names + (["feasible"] if constrained else [])
     columns += ["health", "node_id", "reason"]
     return pd.DataFrame(rows, columns=columns)
 
@@ -64,9 +73,8 @@ def pareto_frame(study: Any, trials: pd.DataFrame) -> pd.DataFrame:
     """The non-dominated COMPLETE feasible trials (Optuna's own Pareto machinery)."""
     from optuna.study._multi_objective import _get_pareto_front_trials
 
-    max_mem = study.user_attrs.get(MAX_MEM_ATTR)
-    if max_mem is not None:
-        # feasibility by the budget, for trials told before the constraint was recorded too
+    if "feasible" in trials.columns:
+        # feasibility by the budget and the constraints, for trials told before a budget was set too
         ok = trials[(trials["state"] == "COMPLETE") & trials["feasible"].astype(bool)]
         from ._analysis import pareto_mask
 

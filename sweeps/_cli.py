@@ -84,11 +84,26 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--cpus-per-trial", type=_positive_float("--cpus-per-trial"), default=1.0)
     run.add_argument("--gpus-per-trial", type=_positive_float("--gpus-per-trial", zero_ok=True),
                      help="[1 when the cluster has GPUs, else 0]")
+    run.add_argument("--max-retries", type=int, default=1,
+                     help="re-runs of a trial whose worker process died [1]")
+    run.add_argument("--max-fail-share", type=_positive_float("--max-fail-share"), default=0.5,
+                     help="stop the sweep once more than this share of its trials failed [0.5]")
     run.add_argument("--no-early-stop", action="store_true",
                      help="never stop a diverging trial early (diagnostics are still computed)")
     run.add_argument("--health", action="append", default=[], metavar="KEY=VALUE",
                      help="override a health threshold (see README: Training health)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    res = sub.add_parser("resume", help="continue an interrupted study (same spec, same MLflow parent)")
+    res.add_argument("study")
+    common(res)
+    res.add_argument("--workers", type=_positive_int("--workers"), default=1)
+    res.add_argument("--ray-address")
+    res.add_argument("--no-progress", action="store_true")
+
+    syn = sub.add_parser("sync", help="back-fill MLflow from the study's storage, idempotently")
+    syn.add_argument("study")
+    common(syn)
 
     rep = sub.add_parser("report", help="(re)write the reports of a study from its storage")
     rep.add_argument("study")
@@ -119,6 +134,11 @@ def default_tracking(workdir: Path) -> str:
     return f"sqlite:///{(workdir / 'mlflow.db').resolve()}"
 
 
+def artifact_root_for(tracking: str, workdir: Path) -> Path | None:
+    """Artifacts beside a database-backed tracking store; a tracking server decides its own."""
+    return None if tracking.startswith(("http://", "https://", "databricks")) else workdir / "mlartifacts"
+
+
 def check_storage_url(url: str) -> None:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
@@ -140,6 +160,24 @@ def check_tracking_uri(uri: str) -> None:
     scheme = uri.split(":", 1)[0].split("+", 1)[0] if "://" in uri or uri.startswith("file:") else ""
     if scheme not in TRACKING_SCHEMES:
         raise UsageError(f"--tracking-uri {uri!r}: scheme must be one of {', '.join(TRACKING_SCHEMES)}")
+
+
+def check_ray_address(value: str) -> None:
+    """Fail fast (no hang) when nothing answers at a cluster address."""
+    import socket
+
+    if value in ("auto", "local"):
+        return
+    hostport = value.split("://", 1)[-1]
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise UsageError(f"--ray-address {value!r}: must be HOST:PORT (or ray://HOST:PORT, or auto)")
+    try:
+        with socket.create_connection((host, int(port)), timeout=3):
+            pass
+    except OSError as exc:
+        raise UsageError(f"--ray-address {value!r}: nothing answers at {host}:{port} ({exc.__class__.__name__}); "
+                         "is the cluster up?") from None
 
 
 def check_model(value: str) -> None:
@@ -225,6 +263,12 @@ def cmd_run(a: argparse.Namespace) -> int:
         raise UsageError(f"--health: {exc}") from None
     check_model(a.model)
     check_objective_params(space, fixed, objective, a.model)
+    if a.max_retries < 0:
+        raise UsageError(f"--max-retries must be an int >= 0, got {a.max_retries}")
+    if a.max_fail_share > 1:
+        raise UsageError(f"--max-fail-share must be in (0, 1], got {a.max_fail_share}")
+    if a.ray_address:
+        check_ray_address(a.ray_address)
     if a.data is not None:
         err = check_data_dir(a.data)
         if err:
@@ -256,27 +300,30 @@ def cmd_run(a: argparse.Namespace) -> int:
         data=str(Path(a.data).resolve()) if a.data else None, sampler=a.sampler, seed=a.seed,
         ray_address=a.ray_address, cpus_per_trial=a.cpus_per_trial, gpus_per_trial=a.gpus_per_trial,
         max_mem_mb=a.max_mem_mb, health=health, progress=not a.no_progress,
-        artifact_root=(workdir / "mlartifacts") if a.tracking_uri is None else None,
+        max_retries=a.max_retries, max_fail_share=a.max_fail_share,
+        artifact_root=artifact_root_for(tracking, workdir),
     )
     try:
         out = run_sweep(cfg)
     except StudyMismatch as exc:
         raise UsageError(str(exc)) from None
+    return _finish(out, workdir, a.tracking_uri, tracking)
+
+
+def _finish(out: Any, workdir: Path, tracking_given: str | None, tracking: str) -> int:
     print(f"study {out.study_name}: {out.completed} completed, {out.failed} failed, {out.pruned} pruned"
-          + (" (interrupted)" if out.interrupted else ""))
+          + (" (interrupted: `csweep resume " + out.study_name + "` continues)" if out.interrupted else ""))
     print(f"reports: {out.report_dir}")
-    print(f"MLflow:  csweep ui --workdir {workdir}" if a.tracking_uri is None
+    print(f"MLflow:  csweep ui --workdir {workdir}" if tracking_given is None
           else f"MLflow:  {_redacted(tracking)} (parent run {out.parent_run_id})")
+    if out.aborted:
+        print(f"csweep: {out.aborted}", file=sys.stderr)
+        return 1
     return 130 if out.interrupted else 0
 
 
-def _redacted(uri: str) -> str:
-    from ._tracking import redact
-
-    return redact(uri)
-
-
-def cmd_report(a: argparse.Namespace) -> int:
+def _open_existing(a: argparse.Namespace) -> tuple[Path, str, Any]:
+    """Workdir, storage URL and the loaded study of `report`/`resume`/`sync`; exit 2 if absent."""
     workdir = Path(a.workdir).expanduser()
     storage = a.storage or default_storage(workdir)
     if a.storage:
@@ -286,27 +333,104 @@ def cmd_report(a: argparse.Namespace) -> int:
     from ._study import existing_directions, make_storage
 
     st = make_storage(storage)
-    names = [a.study, *a.others]
-    for name in names:
+    if existing_directions(st, a.study) is None:
+        raise UsageError(f"study {a.study!r}: not in storage {_redacted(storage)}")
+    import optuna
+
+    from ._runner import _quiet
+
+    _quiet()
+    return workdir, storage, optuna.load_study(study_name=a.study, storage=st)
+
+
+def cmd_resume(a: argparse.Namespace) -> int:
+    from search_spaces import parse_space
+
+    from ._runner import RUN_ATTR, RunConfig, prepare_resume, run_sweep, write_study_reports
+    from ._tracking import PARENT_RUN_ATTR, Tracker
+
+    workdir, storage, study = _open_existing(a)
+    stored = study.user_attrs.get(RUN_ATTR)
+    if not stored or "space" not in study.user_attrs:
+        raise UsageError(f"study {a.study!r}: was not started by csweep run (no stored spec to resume)")
+    if a.ray_address:
+        check_ray_address(a.ray_address)
+    space = parse_space(study.user_attrs["space"], source=f"<study {a.study}>")
+    tracking = a.tracking_uri or default_tracking(workdir)
+    artifact_root = artifact_root_for(tracking, workdir)
+    tracker = None
+    if study.user_attrs.get(PARENT_RUN_ATTR):
+        try:
+            tracker = Tracker(tracking, a.study, artifact_root=artifact_root)
+        except Exception:  # noqa: BLE001 - MLflow down: the stale runs are closed by `csweep sync`
+            tracker = None
+    redo, remaining = prepare_resume(study, tracker)
+    if remaining == 0:
+        out = write_study_reports(study, workdir, tracker, study.user_attrs.get(PARENT_RUN_ATTR))
+        print(f"study {a.study}: nothing left to run ({len(study.trials)} trials); reports: {out}")
+        return 0
+    cfg = RunConfig(
+        space=space, study_name=a.study, trials=remaining, workers=a.workers, workdir=workdir,
+        storage=storage, tracking_uri=tracking, objective=stored["objective"], builtin=stored["builtin"],
+        fixed=stored["fixed"], model=stored["model"], data=stored["data"], sampler=stored["sampler"],
+        seed=stored["seed"], ray_address=a.ray_address, cpus_per_trial=stored["cpus_per_trial"],
+        gpus_per_trial=stored["gpus_per_trial"], max_mem_mb=stored["max_mem_mb"], health=stored["health"],
+        max_retries=stored["max_retries"], max_fail_share=stored["max_fail_share"],
+        progress=not a.no_progress, artifact_root=artifact_root, enqueue=redo,
+    )
+    print(f"study {a.study}: resuming {remaining} trial(s), {len(redo)} of them re-runs of unfinished ones",
+          file=sys.stderr)
+    return _finish(run_sweep(cfg), workdir, a.tracking_uri, tracking)
+
+
+def cmd_sync(a: argparse.Namespace) -> int:
+    from ._sync import sync_study
+
+    workdir, _, study = _open_existing(a)
+    tracking = a.tracking_uri or default_tracking(workdir)
+    artifact_root = artifact_root_for(tracking, workdir)
+    try:
+        created, filled, already = sync_study(study, workdir, tracking, artifact_root=artifact_root)
+    except UsageError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - still unreachable: say so, change nothing
+        print(f"csweep: MLflow at {_redacted(tracking)} is unreachable ({exc.__class__.__name__}); nothing synced",
+              file=sys.stderr)
+        return 1
+    print(f"study {a.study}: {created} runs created, {filled} back-filled, {already} already in MLflow")
+    return 0
+
+
+def _redacted(uri: str) -> str:
+    from ._tracking import redact
+
+    return redact(uri)
+
+
+def cmd_report(a: argparse.Namespace) -> int:
+    workdir, storage, study = _open_existing(a)
+    from ._study import existing_directions, make_storage
+
+    st = make_storage(storage)
+    for name in a.others:
         if existing_directions(st, name) is None:
             raise UsageError(f"study {name!r}: not in storage {_redacted(storage)}")
     import optuna
 
-    from ._runner import _quiet, write_study_reports
+    from ._runner import write_study_reports
     from ._tracking import PARENT_RUN_ATTR, Tracker
 
-    _quiet()
     tracking = a.tracking_uri or default_tracking(workdir)
-    studies = [optuna.load_study(study_name=n, storage=st) for n in names]
-    for study in studies:
-        parent = study.user_attrs.get(PARENT_RUN_ATTR)
-        tracker = Tracker(tracking, study.study_name, artifact_root=workdir / "mlartifacts") if parent else None
-        out = write_study_reports(study, workdir, tracker, parent)
+    studies = [study] + [optuna.load_study(study_name=n, storage=st) for n in a.others]
+    for s in studies:
+        parent = s.user_attrs.get(PARENT_RUN_ATTR)
+        tracker = Tracker(tracking, s.study_name, artifact_root=artifact_root_for(tracking, workdir)) if parent else None
+        out = write_study_reports(s, workdir, tracker, parent)
         print(f"reports: {out}")
     if len(studies) > 1:
         from reports import write_comparison
 
-        out = workdir / "reports" / ("compare-" + "-vs-".join(names))
+        out = workdir / "reports" / ("compare-" + "-vs-".join(s.study_name for s in studies))
         write_comparison(studies, out)
         print(f"comparison: {out}")
     return 0
@@ -345,8 +469,8 @@ def cmd_export_model(a: argparse.Namespace) -> int:
 
 
 COMMANDS = {
-    "run": cmd_run, "report": cmd_report, "spaces": cmd_spaces, "ui": cmd_ui,
-    "export-model": cmd_export_model,
+    "run": cmd_run, "report": cmd_report, "resume": cmd_resume, "sync": cmd_sync, "spaces": cmd_spaces,
+    "ui": cmd_ui, "export-model": cmd_export_model,
 }
 
 

@@ -25,6 +25,12 @@ def redact(uri: str) -> str:
 
 class Tracker:
     def __init__(self, uri: str, experiment: str, *, artifact_root: Path | None = None) -> None:
+        import os
+
+        # a tracking server that is down must not stall the sweep for minutes of retries
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
         import mlflow
         from mlflow.tracking import MlflowClient
 
@@ -40,23 +46,45 @@ class Tracker:
 
     # --- the study's parent run -------------------------------------------------------
     def attach_parent(self, study: Any, *, params: Mapping[str, Any]) -> str:
-        """Reattach to the run id kept on the study, or create the parent run once."""
+        """Reattach to the run id kept on the study, or create the parent run once — also when
+        two drivers start on the same study at the same moment (the study attr decides)."""
+        import time
+
         run_id = study.user_attrs.get(PARENT_RUN_ATTR)
-        if run_id:
-            try:
-                self.client.get_run(run_id)
-                self.client.update_run(run_id, status="RUNNING")
-                return run_id
-            except Exception:  # noqa: BLE001 - a parent lost from tracking is recreated
-                pass
+        if run_id and self._reattach(run_id):
+            return run_id
+        name = study.study_name.replace("'", "\\'")
+        found = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=f"tags.`csweep.role` = 'study' and tags.`optuna.study_name` = '{name}'",
+            order_by=["attributes.start_time ASC"], max_results=1,
+        )
+        if found and self._reattach(found[0].info.run_id):
+            study.set_user_attr(PARENT_RUN_ATTR, found[0].info.run_id)
+            return found[0].info.run_id
         run = self.client.create_run(
             self.experiment_id, run_name=study.study_name,
             tags={"csweep.role": "study", "optuna.study_name": study.study_name},
         )
-        run_id = run.info.run_id
-        self._log_params(run_id, params)
-        study.set_user_attr(PARENT_RUN_ATTR, run_id)
-        return run_id
+        mine = run.info.run_id
+        self._log_params(mine, params)
+        study.set_user_attr(PARENT_RUN_ATTR, mine)
+        time.sleep(1.0)  # a driver racing us writes its own id within this window; the last write wins
+        winner = study.user_attrs.get(PARENT_RUN_ATTR)
+        if winner != mine:
+            self.client.delete_run(mine)
+            return winner
+        return mine
+
+    def _reattach(self, run_id: str) -> bool:
+        try:
+            run = self.client.get_run(run_id)
+        except Exception:  # noqa: BLE001 - a parent lost from tracking is recreated
+            return False
+        if run.info.lifecycle_stage != "active":
+            return False
+        self.client.update_run(run_id, status="RUNNING")
+        return True
 
     def end_parent(self, run_id: str, status: str = "FINISHED") -> None:
         self.client.set_terminated(run_id, status=status)

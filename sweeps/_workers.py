@@ -80,6 +80,12 @@ def run_trial(
             "artifacts": partial.get("artifacts", {}),
         }
     except Exception as exc:  # noqa: BLE001 - any failure of a trial is recorded, not raised
+        if exc.__class__.__name__ == "OutOfMemoryError":
+            _release_memory()
+            out = {"ok": False, "oom": True, "error": f"{exc.__class__.__name__}: {str(exc)[:500]}"}
+            out["node_id"] = _node_id()
+            out["seconds"] = time.perf_counter() - started
+            return out
         out = {
             "ok": False,
             "error": f"{exc.__class__.__name__}: {exc}"[:2000],
@@ -88,6 +94,16 @@ def run_trial(
     out["node_id"] = _node_id()
     out["seconds"] = time.perf_counter() - started
     return out
+
+
+def _release_memory() -> None:
+    """After an out-of-memory error: drop the failed trial's tensors so the next trial fits."""
+    import gc
+
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 class TrialWorker:
@@ -127,8 +143,13 @@ def start_ray(address: str | None, *, num_cpus: int, runtime_env: dict[str, Any]
         )
 
 
-def local_runtime_env() -> dict[str, Any]:
-    """Let workers import what the driver imports: its cwd and sys.path."""
+def runtime_env(*, cluster: bool) -> dict[str, Any]:
+    """What workers need to import what the driver imports. On the local Ray: the driver's
+    working directory and extra sys.path entries on PYTHONPATH. On a cluster: the working
+    directory itself travels (Ray's runtime_env working_dir), minus csweep's own outputs."""
+    if cluster:
+        return {"working_dir": os.getcwd(),
+                "excludes": ["csweep_runs/", ".git/", "*.db", "mlartifacts/", "__pycache__/", "*.safetensors"]}
     prefixes = (sys.prefix, sys.base_prefix)
     paths = [os.getcwd()] + [
         p for p in sys.path if p and os.path.isdir(p) and not p.startswith(prefixes)

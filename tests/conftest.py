@@ -25,12 +25,21 @@ def cli():
 
 
 ANALYTIC_OBJECTIVE = '''
-import math
+import os
+import time
+
 
 def objective(params):
     x, y = params["x"], params["y"]
+    if params.get("pid_dir"):
+        open(os.path.join(params["pid_dir"], str(os.getpid())), "w").close()
+    time.sleep(params.get("sleep") or 0)
     if params.get("fail_above") is not None and x > params["fail_above"]:
         raise RuntimeError(f"planted failure at x={x:.3f}")
+    if params.get("oom_above") is not None and x > params["oom_above"]:
+        import torch
+
+        raise torch.OutOfMemoryError("planted: CUDA out of memory. Tried to allocate 2.00 GiB")
     return {"val_loss": (x - 0.3) ** 2 + (y - 0.5) ** 2, "peak_mem_mb": 100 * x + 10 * y, "extra": x * y}
 '''
 
@@ -44,6 +53,9 @@ params:
   y: {type: float, low: 0.0, high: 1.0}
 fixed:
   fail_above: null
+  oom_above: null
+  sleep: 0
+  pid_dir: null
 """
 
 
@@ -53,3 +65,4 @@ def analytic_project(tmp_path: Path) -> Path:
     (tmp_path / "userobj.py").write_text(ANALYTIC_OBJECTIVE)
     (tmp_path / "analytic.yaml").write_text(ANALYTIC_SPACE)
     return tmp_path
+
