@@ -43,6 +43,7 @@ def trials_frame(study: Any) -> pd.DataFrame:
     max_mem = study.user_attrs.get(MAX_MEM_ATTR)
     constrained = max_mem is not None or any(t.constraints for t in study.trials)
     names = param_names(study)
+    synced = study.user_attrs.get("mlflow_run_ids_synced", {})  # runs created by `csweep sync`
     rows = []
     for t in study.trials:
         values = t.values if t.values is not None else [math.nan, math.nan]
@@ -51,7 +52,7 @@ def trials_frame(study: Any) -> pd.DataFrame:
             "state": t.state.name,
             "val_loss": values[0],
             "peak_mem_mb": values[1],
-            "mlflow_run_id": t.user_attrs.get("mlflow_run_id", ""),
+            "mlflow_run_id": t.user_attrs.get("mlflow_run_id") or synced.get(str(t.number), ""),
         }
         for p in names:
             row[p] = t.params.get(p)

@@ -393,9 +393,9 @@ def cmd_sync(a: argparse.Namespace) -> int:
         created, filled, already = sync_study(study, workdir, tracking, artifact_root=artifact_root)
     except UsageError:
         raise
-    except Exception as exc:  # noqa: BLE001 - still unreachable: say so, change nothing
-        print(f"csweep: MLflow at {_redacted(tracking)} is unreachable ({exc.__class__.__name__}); nothing synced",
-              file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 - e.g. still unreachable: say so; what was synced stays synced
+        print(f"csweep: sync to {_redacted(tracking)} stopped ({exc.__class__.__name__}: {str(exc)[:200]}); "
+              "run it again once MLflow is reachable", file=sys.stderr)
         return 1
     print(f"study {a.study}: {created} runs created, {filled} back-filled, {already} already in MLflow")
     return 0

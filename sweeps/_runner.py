@@ -114,7 +114,10 @@ class SafeTracker:
         self.tracker: Tracker | None = None
         self.error = ""
         try:
-            self.tracker = Tracker(cfg.tracking_uri, cfg.study_name, artifact_root=cfg.artifact_root)
+            from ._study import retry_on_race
+
+            self.tracker = retry_on_race(
+                lambda: Tracker(cfg.tracking_uri, cfg.study_name, artifact_root=cfg.artifact_root))
         except Exception as exc:  # noqa: BLE001 - MLflow down must not stop the sweep
             self.error = f"{exc.__class__.__name__}: {exc}"
 

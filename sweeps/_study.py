@@ -36,7 +36,25 @@ def make_storage(url: str) -> Any:
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
-    return optuna.storages.RDBStorage(url, **kwargs)
+    return retry_on_race(lambda: optuna.storages.RDBStorage(url, **kwargs))
+
+
+def retry_on_race(make: Callable[[], Any], tries: int = 4) -> Any:
+    """Two drivers starting on a fresh database both create its tables; the loser of that race
+    gets an integrity error and simply tries again once the winner is done."""
+    import random
+    import time
+
+    from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+
+    for attempt in range(tries):
+        try:
+            return make()
+        except (IntegrityError, ProgrammingError, OperationalError):
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.5 + random.random())
+    raise AssertionError("unreachable")
 
 
 def existing_directions(storage: Any, name: str) -> list[str] | None:

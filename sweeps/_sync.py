@@ -10,6 +10,7 @@ from typing import Any
 from ._runner import PENDING_DIR
 from ._tracking import Tracker
 
+SYNCED_ATTR = "mlflow_run_ids_synced"
 _STATUS = {"COMPLETE": "FINISHED", "FAIL": "FAILED", "PRUNED": "KILLED"}
 
 
@@ -22,12 +23,14 @@ def sync_study(study: Any, workdir: Path, tracking_uri: str, *, artifact_root: P
     study.set_user_attr("mlflow_experiment_id", tracker.experiment_id)
     pending_dir = workdir / PENDING_DIR / study.study_name
     created = filled = already = 0
+    # a finished trial cannot take new user attrs: runs created here are recorded on the study
+    synced: dict[str, str] = dict(study.user_attrs.get(SYNCED_ATTR, {}))
     for t in study.trials:
         if t.state.name == "RUNNING" or t.state.name == "WAITING":
             continue
         record_path = pending_dir / f"trial-{t.number}.json"
         record = json.loads(record_path.read_text()) if record_path.is_file() else None
-        run_id = t.user_attrs.get("mlflow_run_id")
+        run_id = t.user_attrs.get("mlflow_run_id") or synced.get(str(t.number))
         exists = False
         if run_id:
             try:
@@ -40,7 +43,8 @@ def sync_study(study: Any, workdir: Path, tracking_uri: str, *, artifact_root: P
         if not exists:
             params = {**t.user_attrs.get("fixed_params", {}), **t.params}
             run_id = tracker.start_trial(parent, study.study_name, t.number, params)
-            study._storage.set_trial_user_attr(t._trial_id, "mlflow_run_id", run_id)
+            synced[str(t.number)] = run_id
+            study.set_user_attr(SYNCED_ATTR, synced)
             created += 1
         else:
             filled += 1

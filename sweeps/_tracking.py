@@ -40,7 +40,13 @@ class Tracker:
         exp = self.client.get_experiment_by_name(experiment)
         if exp is None:
             location = (artifact_root / experiment).resolve().as_uri() if artifact_root else None
-            self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
+            try:
+                self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
+            except Exception:  # noqa: BLE001 - another driver created it a moment ago
+                exp = self.client.get_experiment_by_name(experiment)
+                if exp is None:
+                    raise
+                self.experiment_id = exp.experiment_id
         else:
             self.experiment_id = exp.experiment_id
 
