@@ -171,9 +171,15 @@ def run_sweep(cfg: RunConfig) -> Outcome:
               runtime_env=runtime_env(cluster=cfg.ray_address is not None))
     options = {"num_cpus": cfg.cpus_per_trial, "num_gpus": _gpus_for(cfg), "max_restarts": 0}
     target = _objective_target(cfg)
+    # on a cluster the data folder travels through the object store (other nodes lack the path)
+    data: Any = cfg.data
+    if cfg.ray_address is not None and cfg.data is not None:
+        from ._workers import pack_folder
+
+        data = ray.put(pack_folder(cfg.data))
 
     def new_worker() -> Any:
-        return make_worker(options, target, cfg.builtin, cfg.model, cfg.data, cfg.health)
+        return make_worker(options, target, cfg.builtin, cfg.model, data, cfg.health)
 
     workers = [new_worker() for _ in range(cfg.workers)]
     distributions = cfg.space.distributions()

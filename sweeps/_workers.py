@@ -7,6 +7,7 @@ import os
 import sys
 import time
 import traceback
+from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
 
@@ -109,9 +110,10 @@ def _release_memory() -> None:
 class TrialWorker:
     """One per in-flight trial; the base model is built on first use and then reused."""
 
-    def __init__(self, objective: str, builtin: bool, model: str, data: str | None,
+    def __init__(self, objective: str, builtin: bool, model: str, data: Any,
                  health: Mapping[str, Any] | None = None) -> None:
-        self.objective, self.builtin, self.model, self.data = objective, builtin, model, data
+        self.objective, self.builtin, self.model = objective, builtin, model
+        self.data = data if data is None or isinstance(data, str) else unpack_folder(data)
         self.health = dict(health or {})
         self.trials_run = 0
 
@@ -141,6 +143,24 @@ def start_ray(address: str | None, *, num_cpus: int, runtime_env: dict[str, Any]
             log_to_driver=False, logging_level="error", _node_ip_address="127.0.0.1",
             object_store_memory=128 * 1024 * 1024,
         )
+
+
+def pack_folder(root: str) -> dict[str, bytes]:
+    """A data folder as {relative path: bytes}, to travel to remote nodes through the object store."""
+    base = Path(root)
+    return {str(p.relative_to(base)): p.read_bytes() for p in sorted(base.rglob("*")) if p.is_file()}
+
+
+def unpack_folder(files: Mapping[str, bytes]) -> str:
+    """Materialise a packed folder on this node (once per worker); returns its path."""
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="csweep-data-"))
+    for rel, blob in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(blob)
+    return str(root)
 
 
 def runtime_env(*, cluster: bool) -> dict[str, Any]:
