@@ -42,7 +42,10 @@ class HealthMonitor:
 
     def __post_init__(self) -> None:
         self._fingerprints = {u: self._fingerprint(u) for u in self._units()}
-        self.init_norm = self._norms()[0]
+        self.init_norm, init_max = self._norms()
+        # a norm is judged against the larger of where it started and the vocabulary's rows, so a
+        # deliberately large init (init_std ~ 1) is not divergence, growth from there is
+        self.norm_ref = max(init_max, self.vocab_norm)
         for key in self.groups:
             self.history[f"grad_norm.{key}"] = []
         if self.cfg.enabled:
@@ -97,12 +100,12 @@ class HealthMonitor:
         if self.cfg.enabled:
             mean, top = self._norms()
             self.history["embed_norm"].append(mean)
-            self.history["embed_norm_ratio"].append(top / self.vocab_norm)
+            self.history["embed_norm_ratio"].append(top / self.norm_ref)
             self.history["embed_norm_growth"].append(mean / self.init_norm if self.init_norm > 0 else math.inf)
-            if self.cfg.early_stop and (not math.isfinite(top) or top / self.vocab_norm > self.cfg.max_norm_ratio):
+            if self.cfg.early_stop and (not math.isfinite(top) or top / self.norm_ref > self.cfg.max_norm_ratio):
                 raise TrialStopped(
-                    f"diverged: concept-embedding norm {top:.3g} is {top / self.vocab_norm:.1f}x the vocabulary's "
-                    f"mean row norm (bound {self.cfg.max_norm_ratio:g}) at step {step}", step)
+                    f"diverged: concept-embedding norm {top:.3g} is {top / self.norm_ref:.1f}x its reference "
+                    f"{self.norm_ref:.3g} (bound {self.cfg.max_norm_ratio:g}) at step {step}", step)
         n = step + 1
         if self.cfg.early_stop and n >= self.cfg.min_steps and n % self.cfg.check_every == 0:
             phase, stats = classify_phase(losses, self.cfg.rules)
@@ -130,7 +133,7 @@ class HealthMonitor:
         )
         phase, phase_stats = classify_phase(losses, self.cfg.rules)
         finite = all(math.isfinite(v) for v in losses) and math.isfinite(top)
-        if stopped and stopped.startswith("diverged") or not finite or top / self.vocab_norm > self.cfg.max_norm_ratio:
+        if stopped and stopped.startswith("diverged") or not finite or top / self.norm_ref > self.cfg.max_norm_ratio:
             health = "diverged"
         elif (cos_mean is not None and cos_mean > self.cfg.collapse_cos) or float(vec_std.min()) < self.cfg.collapse_std:
             health = "collapsed"
@@ -146,7 +149,8 @@ class HealthMonitor:
             "phase_stats": phase_stats,
             "stopped": stopped,
             "embed_norm": mean,
-            "embed_norm_max_ratio": top / self.vocab_norm,
+            "embed_norm_max_ratio": top / self.norm_ref,
+            "embed_norm_reference": self.norm_ref,
             "embed_norm_growth": mean / self.init_norm if self.init_norm > 0 else None,
             "embed_vector_std_min": float(vec_std.min()),
             "cos_sim_mean": cos_mean,

@@ -17,7 +17,7 @@ class HealthConfig:
 
     enabled: bool = True  # per-step statistics (off: only the final checks)
     early_stop: bool = True  # stop hopeless trials at once (PRUNED with the reason)
-    max_norm_ratio: float = 20.0  # diverged: a concept vector's norm > this x the vocab's mean row norm
+    max_norm_ratio: float = 20.0  # diverged: a concept vector's norm > this x max(its initial norm, vocab's mean row norm)
     min_steps: int = 30  # no phase verdict before this many steps
     check_every: int = 10  # steps between phase checks while training
     patience: int = 3  # consecutive 'degrading' checks that stop a trial

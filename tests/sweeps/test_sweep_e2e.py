@@ -122,6 +122,7 @@ def test_report_command_rewrites_from_storage(tiny_sweep, cli):
 
 def test_plugin_objective_failures_do_not_stop_the_sweep(analytic_project, cli):
     res = cli("run", "analytic.yaml", "--trials", "6", "--workers", "2", "--set", "fail_above=0.5",
+              "--max-fail-share", "1",
               "--sampler", "random", "--seed", "0", "--no-progress", cwd=analytic_project)
     assert res.returncode == 0, res.stderr
     study = optuna.load_study(study_name="analytic",
