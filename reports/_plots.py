@@ -24,6 +24,19 @@ def _plt() -> Any:
     return plt
 
 
+def _save(fig: Any, ax: Any, path: Path, *, title: str, legend: int | None = 8, grid: str = "major") -> Path:
+    """Title, grid, legend (when anything is labelled), tight layout, PNG; closes the figure."""
+    plt = _plt()
+    ax.set_title(title)
+    ax.grid(alpha=0.3, which=grid)
+    if legend and ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=legend)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 def _split(trials: pd.DataFrame, front: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     done = trials[trials["state"] == "COMPLETE"].dropna(subset=list(OBJECTIVES))
     # out-of-memory trials carry placeholder values: they are counted, not drawn
@@ -52,13 +65,7 @@ def front_png(trials: pd.DataFrame, front: pd.DataFrame, path: Path, *, title: s
                     textcoords="offset points", xytext=(4, 4), fontsize=8, color=PALETTE[1])
     ax.set_xlabel("peak_mem_mb (lower is better)")
     ax.set_ylabel("val_loss (lower is better)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path, title=title)
 
 
 def fronts_overlay_png(fronts: Mapping[str, pd.DataFrame], path: Path) -> Path:
@@ -71,13 +78,7 @@ def fronts_overlay_png(fronts: Mapping[str, pd.DataFrame], path: Path) -> Path:
         ax.scatter(f["peak_mem_mb"], f["val_loss"], c=color, s=30, label=f"{name} ({len(f)})")
     ax.set_xlabel("peak_mem_mb")
     ax.set_ylabel("val_loss")
-    ax.set_title("Pareto fronts")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path, title="Pareto fronts")
 
 
 def _hover(row: pd.Series, params: list[str]) -> str:
@@ -118,12 +119,7 @@ def hv_history_png(history: pd.DataFrame, path: Path) -> Path:
     ax.plot(history["trial"], history["hypervolume"], c=PALETTE[0], marker=".")
     ax.set_xlabel("trial number")
     ax.set_ylabel("hypervolume")
-    ax.set_title("Hypervolume of the feasible front")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path, title="Hypervolume of the feasible front", legend=None)
 
 
 def pair_png(trials: pd.DataFrame, x: str, y: str, logs: Mapping[str, bool], path: Path,
@@ -178,14 +174,7 @@ def law_png(fit: LawFit, path: Path) -> Path:
     ax.set_yscale("log")
     ax.set_xlabel(fit.x)
     ax.set_ylabel(f"{fit.y}*")
-    ax.set_title(f"{fit.y}*({fit.x}), power law")
-    ax.grid(alpha=0.3, which="both")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path, title=f"{fit.y}*({fit.x}), power law", legend=7, grid="both")
 
 
 HEALTH_STYLE = {
@@ -211,11 +200,4 @@ def health_png(trials: pd.DataFrame, x: str, y: str, logs: Mapping[str, bool], p
         ax.set_yscale("log")
     ax.set_xlabel(x)
     ax.set_ylabel(y)
-    ax.set_title(f"Training health over {x} × {y}")
-    ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path, title=f"Training health over {x} × {y}")

@@ -10,6 +10,7 @@ import json
 import math
 import sys
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,7 @@ class RunConfig:
     max_retries: int = 1
     max_fail_share: float = 0.5
     progress: bool = True
+    reports: bool = True  # write the reports at the end (benchmarks time the loop alone)
     artifact_root: Path | None = None
     enqueue: Sequence[Mapping[str, Any]] = ()
 
@@ -185,21 +187,28 @@ def run_sweep(cfg: RunConfig) -> Outcome:
     distributions = cfg.space.distributions()
     for params in cfg.enqueue:
         study.enqueue_trial(dict(params), skip_if_exists=False)
-    # future -> (trial, run id, worker index, params, attempt)
+    # future -> (trial, its run id to come, worker index, params, attempt)
     in_flight: dict[Any, tuple[Any, str, int, dict[str, Any], int]] = {}
     free = list(range(len(workers)))
     asked = 0
     bar = _progress(cfg)
 
+    # MLflow calls run on one background thread, in order, off the driver's critical path; the
+    # only wait is for a trial's run id, which must be on the trial before it is told
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="csweep-mlflow")
+
+    def start_run(trial: Any, params: dict[str, Any]) -> str:
+        run_id = safe.call("start_trial", parent, cfg.study_name, trial.number, params) if parent else None
+        if run_id:
+            trial.set_user_attr("mlflow_run_id", run_id)
+        return run_id or ""
+
     def submit(widx: int) -> None:
         nonlocal asked
         trial = study.ask(fixed_distributions=distributions)
         params = {**cfg.fixed, **trial.params}
-        trial.set_user_attr("fixed_params", dict(cfg.fixed))
-        run_id = safe.call("start_trial", parent, cfg.study_name, trial.number, params) if parent else None
-        if run_id:
-            trial.set_user_attr("mlflow_run_id", run_id)
-        in_flight[workers[widx].run.remote(params)] = (trial, run_id or "", widx, params, 1)
+        started = pool.submit(start_run, trial, params)
+        in_flight[workers[widx].run.remote(params)] = (trial, started, widx, params, 1)
         outcome.trial_numbers.append(trial.number)
         asked += 1
 
@@ -217,7 +226,8 @@ def run_sweep(cfg: RunConfig) -> Outcome:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(data)
 
-    def finish(trial: Any, run_id: str, result: Mapping[str, Any]) -> None:
+    def finish(trial: Any, started: Future, result: Mapping[str, Any]) -> None:
+        run_id = started.result()
         trial.set_user_attr("node_id", result.get("node_id", ""))
         tags = {**result.get("tags", {}), "ray.node_id": result.get("node_id", "")}
         if "health" in tags:
@@ -228,7 +238,7 @@ def run_sweep(cfg: RunConfig) -> Outcome:
             trial.set_user_attr("prune_reason", reason)
             study.tell(trial, state=TrialState.PRUNED)
             outcome.pruned += 1
-            log_trial(trial, run_id, "KILLED", metrics=result.get("metrics", {}),
+            pool.submit(log_trial, trial, run_id, "KILLED", metrics=result.get("metrics", {}),
                       history=result.get("history", {}), config=config,
                       tags={**tags, "optuna.state": "PRUNED", "prune_reason": reason[:5000]},
                       artifacts=result.get("artifacts", {}))
@@ -241,7 +251,7 @@ def run_sweep(cfg: RunConfig) -> Outcome:
             mem = cfg.max_mem_mb * 2 if cfg.max_mem_mb else INFEASIBLE_CONSTRAINT
             study.tell(trial, [INFEASIBLE_CONSTRAINT, mem])
             outcome.completed += 1
-            log_trial(trial, run_id, "FAILED", config=config,
+            pool.submit(log_trial, trial, run_id, "FAILED", config=config,
                       tags={**tags, "optuna.state": "COMPLETE", "infeasible": "out of memory",
                             "fail_reason": reason[:5000]})
         elif result.get("ok"):
@@ -251,7 +261,7 @@ def run_sweep(cfg: RunConfig) -> Outcome:
                 trial.set_constraint("peak_mem_mb", values[1] - cfg.max_mem_mb)
             study.tell(trial, values)
             outcome.completed += 1
-            log_trial(trial, run_id, "FINISHED", metrics=metrics, history=result.get("history", {}),
+            pool.submit(log_trial, trial, run_id, "FINISHED", metrics=metrics, history=result.get("history", {}),
                       tags={**tags, "optuna.state": "COMPLETE"}, artifacts=result.get("artifacts", {}),
                       config=config)
         else:
@@ -259,7 +269,7 @@ def run_sweep(cfg: RunConfig) -> Outcome:
             trial.set_user_attr("fail_reason", reason)
             study.tell(trial, state=TrialState.FAIL)
             outcome.failed += 1
-            log_trial(trial, run_id, "FAILED", tags={**tags, "fail_reason": reason[:5000], "optuna.state": "FAIL"},
+            pool.submit(log_trial, trial, run_id, "FAILED", tags={**tags, "fail_reason": reason[:5000], "optuna.state": "FAIL"},
                       artifacts={"traceback.txt": result.get("traceback", reason).encode()})
 
     def too_many_failures() -> str:
@@ -275,7 +285,7 @@ def run_sweep(cfg: RunConfig) -> Outcome:
                 submit(free.pop(0))
             done, _ = ray.wait(list(in_flight), num_returns=1)
             for fut in done:
-                trial, run_id, widx, params, attempt = in_flight.pop(fut)
+                trial, started, widx, params, attempt = in_flight.pop(fut)
                 try:
                     result = ray.get(fut)
                 except ray.exceptions.RayError as exc:
@@ -283,30 +293,33 @@ def run_sweep(cfg: RunConfig) -> Outcome:
                     workers[widx] = new_worker()
                     if attempt <= cfg.max_retries:
                         trial.set_user_attr("attempts", attempt + 1)
-                        in_flight[workers[widx].run.remote(params)] = (trial, run_id, widx, params, attempt + 1)
+                        in_flight[workers[widx].run.remote(params)] = (trial, started, widx, params, attempt + 1)
                         continue
                     result = {"ok": False, "error": f"worker lost {attempt} time(s): {exc.__class__.__name__}: "
                                                     f"{str(exc)[:500]}"}
-                finish(trial, run_id, result)
+                finish(trial, started, result)
                 free.append(widx)
                 outcome.aborted = outcome.aborted or too_many_failures()
                 _update(bar, study, outcome, len(in_flight))
     except KeyboardInterrupt:
         outcome.interrupted = True
         # the workers are killed below (ray.kill), which ends their tasks
-        for trial, run_id, _, _, _ in in_flight.values():
+        for trial, started, _, _, _ in in_flight.values():
+            run_id = started.result()
             trial.set_user_attr("fail_reason", "interrupted (SIGINT on the driver)")
             trial.set_user_attr("replaced", True)  # resume re-runs its parameters
             study.tell(trial, state=TrialState.FAIL)
             if run_id:
-                safe.call("finish_trial", run_id, status="KILLED", tags={"fail_reason": "interrupted"})
+                pool.submit(safe.call, "finish_trial", run_id, status="KILLED", tags={"fail_reason": "interrupted"})
         in_flight.clear()
     finally:
         if bar is not None:
             bar.close()
         for w in workers:
             ray.kill(w)
-    outcome.report_dir = write_study_reports(study, cfg.workdir, safe.tracker, parent, safe=safe)
+        pool.shutdown(wait=True)
+    if cfg.reports:
+        outcome.report_dir = write_study_reports(study, cfg.workdir, safe.tracker, parent, safe=safe)
     if parent:
         safe.call("end_parent", parent, "KILLED" if outcome.interrupted else "FINISHED")
     if safe.error:

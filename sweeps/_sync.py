@@ -41,7 +41,8 @@ def sync_study(study: Any, workdir: Path, tracking_uri: str, *, artifact_root: P
             already += 1
             continue
         if not exists:
-            params = {**t.user_attrs.get("fixed_params", {}), **t.params}
+            fixed = study.user_attrs.get("csweep_run", {}).get("fixed", {})
+            params = {**fixed, **t.params}
             run_id = tracker.start_trial(parent, study.study_name, t.number, params)
             synced[str(t.number)] = run_id
             study.set_user_attr(SYNCED_ATTR, synced)

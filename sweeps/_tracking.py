@@ -118,7 +118,8 @@ class Tracker:
         tags: Mapping[str, str] = {},
         artifacts: Mapping[str, bytes] = {},
         config: Mapping[str, Any] | None = None,
-    ) -> None:
+    ) -> str:
+        """Log a finished trial's record and end its run; returns the run id."""
         from mlflow.entities import Metric, RunTag
 
         import time
@@ -145,6 +146,7 @@ class Tracker:
                     path.write_bytes(blob)
                 self.client.log_artifacts(run_id, tmp)
         self.client.set_terminated(run_id, status=status)
+        return run_id
 
     def log_files(self, run_id: str, directory: Path, artifact_path: str) -> None:
         self.client.log_artifacts(run_id, str(directory), artifact_path=artifact_path)

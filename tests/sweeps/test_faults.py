@@ -53,38 +53,9 @@ def _kill_group(proc: subprocess.Popen) -> None:
     subprocess.run(["pkill", "-9", "-f", f"session_.*{proc.pid}"], check=False)
 
 
-def test_worker_killed_mid_trial_is_retried(analytic_project, cli):
-    pids = analytic_project / "pids"
-    pids.mkdir()
-    killed: list[int] = []
-
-    def killer() -> None:
-        deadline = time.time() + 120
-        while not killed and time.time() < deadline:
-            for f in pids.iterdir():
-                os.kill(int(f.name), signal.SIGKILL)
-                killed.append(int(f.name))
-                return
-            time.sleep(0.2)
-
-    thread = threading.Thread(target=killer)
-    thread.start()
-    res = cli("run", "analytic.yaml", "--trials", "4", "--workers", "2", "--set", f"pid_dir={pids}",
-              "--set", "sleep=2", "--no-progress", cwd=analytic_project)
-    thread.join()
-    assert res.returncode == 0, res.stderr
-    assert killed
-    study, client = load(analytic_project)
-    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 4
-    retried = [t for t in study.trials if t.user_attrs.get("attempts") == 2]
-    assert len(retried) == 1
-    children, parents = child_runs(client)
-    assert len(children) == 4 and len(parents) == 1
-    assert {r.info.status for r in children} == {"FINISHED"}
-
-
-def test_worker_killed_without_retries_fails_that_trial_only(analytic_project, cli):
-    pids = analytic_project / "pids"
+def _run_killing_one_worker(project: Path, cli, *extra: str):
+    """Run 4 slow trials on 2 workers; SIGKILL the first worker process that starts a trial."""
+    pids = project / "pids"
     pids.mkdir()
     killed: list[int] = []
 
@@ -100,8 +71,26 @@ def test_worker_killed_without_retries_fails_that_trial_only(analytic_project, c
     thread = threading.Thread(target=killer)
     thread.start()
     res = cli("run", "analytic.yaml", "--trials", "4", "--workers", "2", "--set", f"pid_dir={pids}",
-              "--set", "sleep=2", "--max-retries", "0", "--no-progress", cwd=analytic_project)
+              "--set", "sleep=2", "--no-progress", *extra, cwd=project)
     thread.join()
+    assert killed, "no worker was killed"
+    return res
+
+
+def test_worker_killed_mid_trial_is_retried(analytic_project, cli):
+    res = _run_killing_one_worker(analytic_project, cli)
+    assert res.returncode == 0, res.stderr
+    study, client = load(analytic_project)
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 4
+    retried = [t for t in study.trials if t.user_attrs.get("attempts") == 2]
+    assert len(retried) == 1
+    children, parents = child_runs(client)
+    assert len(children) == 4 and len(parents) == 1
+    assert {r.info.status for r in children} == {"FINISHED"}
+
+
+def test_worker_killed_without_retries_fails_that_trial_only(analytic_project, cli):
+    res = _run_killing_one_worker(analytic_project, cli, "--max-retries", "0")
     assert res.returncode == 0, res.stderr
     study, client = load(analytic_project)
     states = [t.state.name for t in study.trials]

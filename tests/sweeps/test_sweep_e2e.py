@@ -95,6 +95,11 @@ def test_mlflow_parent_and_nested_children(tiny_sweep):
             "reports/summary.json", "reports/coupling.csv", "reports/scaling.csv"} <= parent_files
 
 
+def test_nothing_waits_for_sync_when_mlflow_was_up(tiny_sweep):
+    cwd, *_ = tiny_sweep
+    assert not (cwd / "csweep_runs/pending_mlflow").exists()
+
+
 def test_pareto_csv_is_exactly_the_non_dominated_trials(tiny_sweep):
     cwd, *_ = tiny_sweep
     out = cwd / "csweep_runs/reports/warmup_init"
