@@ -39,9 +39,11 @@ class HealthMonitor:
     _grad_seen: set[str] = field(default_factory=set)
     _fingerprints: dict[str, tuple[float, float]] = field(default_factory=dict)
     _degrading_checks: int = 0
+    unit_history: dict[str, dict[str, list[float]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self._fingerprints = {u: self._fingerprint(u) for u in self._units()}
+        self._unit_names = self._units()
+        self._fingerprints = {u: self._fingerprint(u) for u in self._unit_names}
         self.init_norm, init_max = self._norms()
         # a norm is judged against the larger of where it started and the vocabulary's rows, so a
         # deliberately large init (init_std ~ 1) is not divergence, growth from there is
@@ -58,7 +60,7 @@ class HealthMonitor:
         return units
 
     def _fingerprint(self, unit: str) -> tuple[float, float]:
-        ps = [self.named[n].detach().double() for n in self._units()[unit]]
+        ps = [self.named[n].detach().double() for n in self._unit_names[unit]]
         return (sum(float(p.sum()) for p in ps), sum(float((p * p).sum()) for p in ps))
 
     def _norms(self) -> tuple[float, float]:
@@ -86,6 +88,17 @@ class HealthMonitor:
             unit = _unit(name)
             if unit not in self._grad_seen and p.grad is not None and bool(p.grad.detach().abs().sum() > 0):
                 self._grad_seen.add(unit)
+        if step % self.cfg.check_every == 0:
+            # per module (each LoRA module, each unfrozen encoder parameter, each concept code),
+            # every check_every steps, into health.json: finer than the per-step group norms
+            for unit, names in self._unit_names.items():
+                grads = [self.named[n].grad for n in names if self.named[n].grad is not None]
+                sq = sum(float(g.detach().float().pow(2).sum()) for g in grads)
+                rec = self.unit_history.setdefault(unit, {"step": [], "grad_norm": [], "nonfinite": []})
+                rec["step"].append(step)
+                rec["grad_norm"].append(math.sqrt(sq) if math.isfinite(sq) else math.inf)
+                rec["nonfinite"].append(float(sum(int((~torch.isfinite(g)).sum()) for g in grads))
+                                        if not math.isfinite(sq) else 0.0)
         if self.cfg.early_stop and not math.isfinite(loss):
             raise TrialStopped(f"diverged: non-finite loss at step {step}", step)
         if self.cfg.early_stop and bad and not grads_may_overflow:
@@ -128,7 +141,7 @@ class HealthMonitor:
             off = sims[~torch.eye(len(rows), dtype=torch.bool)]
             cos_mean, cos_spread = float(off.mean()), float(off.max() - off.min())
         dead = sorted(
-            u for u in self._units()
+            u for u in self._unit_names
             if u not in self._grad_seen or self._fingerprint(u) == self._fingerprints[u]
         )
         phase, phase_stats = classify_phase(losses, self.cfg.rules)
@@ -158,6 +171,7 @@ class HealthMonitor:
             "dead_adapters": dead,
             "grad_norm_max": {k[len("grad_norm."):]: max(v, default=0.0)
                               for k, v in self.history.items() if k.startswith("grad_norm.")},
+            "grad_norm_per_module": self.unit_history,
             "grad_scaler_scales": self.scale_history,
             "grad_scaler_skipped_steps": self.skipped_steps,
             "thresholds": asdict(self.cfg),

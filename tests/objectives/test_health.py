@@ -96,3 +96,14 @@ def test_health_settings_are_validated():
         HealthConfig.from_mapping({"bogus": 1})
     with pytest.raises(ValueError, match="max_norm_ratio must be a number > 0"):
         HealthConfig.from_mapping({"max_norm_ratio": -1})
+
+
+def test_gradient_health_per_module_is_in_health_json():
+    out = textual_inversion({"steps": 12, "lora_rank": 2, "lora_targets": "both"},
+                            health={"check_every": 5})
+    per_module = json.loads(out["artifacts"]["health.json"])["grad_norm_per_module"]
+    lora_units = [u for u in per_module if u.startswith("unet.") and u.endswith("to_q")]
+    assert lora_units, sorted(per_module)[:5]
+    rec = per_module[lora_units[0]]
+    assert rec["step"] == [0, 5, 10] and len(rec["grad_norm"]) == 3 and rec["nonfinite"] == [0.0] * 3
+    assert any(u.startswith("text_encoder_0.") for u in per_module) and "concept_embedding_0" in per_module
