@@ -188,7 +188,7 @@ def run_sweep(cfg: RunConfig) -> Outcome:
     for params in cfg.enqueue:
         study.enqueue_trial(dict(params), skip_if_exists=False)
     # future -> (trial, its run id to come, worker index, params, attempt)
-    in_flight: dict[Any, tuple[Any, str, int, dict[str, Any], int]] = {}
+    in_flight: dict[Any, tuple[Any, Future, int, dict[str, Any], int]] = {}
     free = list(range(len(workers)))
     asked = 0
     bar = _progress(cfg)
