@@ -31,8 +31,13 @@ class Tracker:
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+        import logging
+
         import mlflow
         from mlflow.tracking import MlflowClient
+
+        # mlflow sets its own logger to INFO on import: keep database set-up chatter off the console
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
 
         self.uri = uri
         self._mlflow = mlflow
