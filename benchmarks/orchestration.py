@@ -117,10 +117,64 @@ def marginal(t_n: float, t_2n: float, n: int, workers: int, sleep: float) -> flo
     return 1000 * ((t_2n - t_n) / n - sleep / workers)
 
 
+def overhead(n: int, tmp: Path, *, tune: bool) -> None:
+    print(f"## 1. marginal overhead per trial, {int(SLEEP * 1000)} ms objective, 2 workers, N={n} vs 2N")
+    rows = {}
+    rows["csweep (MLflow on)"] = marginal(csweep_run(n, 2, SLEEP, tmp / "c1", "a"),
+                                          csweep_run(2 * n, 2, SLEEP, tmp / "c2", "b"), n, 2, SLEEP)
+    st = f"sqlite:///{tmp / 'peer.db'}"
+    ray_ask_tell(4, 2, SLEEP, st, "warm")
+    rows["Optuna ask/tell on Ray tasks"] = marginal(ray_ask_tell(n, 2, SLEEP, st, "r1"),
+                                                    ray_ask_tell(2 * n, 2, SLEEP, st, "r2"), n, 2, SLEEP)
+    rows["Optuna optimize(n_jobs=2)"] = marginal(optuna_n_jobs(n, SLEEP, st, "o1"),
+                                                 optuna_n_jobs(2 * n, SLEEP, st, "o2"), n, 2, SLEEP)
+    if tune:
+        rows["Ray Tune + OptunaSearch"] = marginal(ray_tune(n, SLEEP, tmp / "t1"), ray_tune(2 * n, SLEEP, tmp / "t2"),
+                                                   n, 2, SLEEP)
+    base = rows["csweep (MLflow on)"]
+    for name, ms in rows.items():
+        ratio = "" if name.startswith("csweep") or ms <= 0 else f"  (csweep / this = {base / ms:.2f})"
+        print(f"{name:32s} {ms:8.1f} ms/trial{ratio}")
+    import optuna
+
+    from reports import write_study_report
+
+    t0 = time.perf_counter()
+    write_study_report(optuna.load_study(study_name="b", storage=f"sqlite:///{tmp / 'c2' / 'optuna.db'}"),
+                       tmp / "report")
+    print(f"(end-of-run reports of the {2 * n}-trial study, once per run: {time.perf_counter() - t0:.2f} s)")
+
+
+def efficiency(tmp: Path) -> None:
+    print("## 2. parallel efficiency of csweep, 1 s trials")
+    k = 4
+    # differences of two run lengths, so worker start-up and study set-up cancel
+    t1 = csweep_run(2 * k, 1, 1.0, tmp / "p1", "p1") - csweep_run(k, 1, 1.0, tmp / "p0", "p0")
+    t2 = csweep_run(4 * k, 2, 1.0, tmp / "p3", "p3") - csweep_run(2 * k, 2, 1.0, tmp / "p2", "p2")
+    print(f"{k} more trials on 1 worker: {t1:.2f} s; {2 * k} more trials on 2 workers: {t2:.2f} s; "
+          f"efficiency = {t1 / t2:.3f}")
+
+
+def warm_workers() -> None:
+    print("## 4. warm workers: tiny model, textual_inversion, 1 step")
+    from sweeps._workers import TrialWorker
+
+    os.chdir(Path(__file__).resolve().parents[1])
+    times = []
+    worker = TrialWorker("objectives._textual_inversion:textual_inversion", True, "tiny", None)
+    for _ in range(3):
+        t0 = time.perf_counter()
+        out = worker.run({"steps": 1})
+        times.append(time.perf_counter() - t0 - out["metrics"]["train_seconds"])
+    print(f"start-up (trial time minus training): cold {times[0]:.3f} s, warm {times[1]:.3f} s, "
+          f"{times[2]:.3f} s; cold / warm = {times[0] / times[1]:.1f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=40)
     ap.add_argument("--skip-tune", action="store_true")
+    ap.add_argument("--skip-overhead", action="store_true")
     ap.add_argument("--skip-warm", action="store_true")
     args = ap.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -132,58 +186,15 @@ def main() -> None:
     os.chdir(Path(__file__).resolve().parent)  # the sleep objective travels from here
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="error",
              runtime_env=runtime_env(cluster=False), _node_ip_address="127.0.0.1")
-    n = args.n
     print(f"# orchestration benchmark  {time.strftime('%Y-%m-%d')}  {platform.platform()}  "
           f"{os.cpu_count()} CPUs  python {platform.python_version()}")
-    print(f"## 1. marginal overhead per trial, {int(SLEEP * 1000)} ms objective, 2 workers, N={n} vs 2N")
-    csweep_run(4, 2, SLEEP, tmp / "warm", "warm")  # first Ray use pays worker start-up
-    rows = {}
-    rows["csweep (MLflow on)"] = marginal(csweep_run(n, 2, SLEEP, tmp / "c1", "a"),
-                                          csweep_run(2 * n, 2, SLEEP, tmp / "c2", "b"), n, 2, SLEEP)
-    st = f"sqlite:///{tmp / 'peer.db'}"
-    ray_ask_tell(4, 2, SLEEP, st, "warm")
-    rows["Optuna ask/tell on Ray tasks"] = marginal(ray_ask_tell(n, 2, SLEEP, st, "r1"),
-                                                    ray_ask_tell(2 * n, 2, SLEEP, st, "r2"), n, 2, SLEEP)
-    rows["Optuna optimize(n_jobs=2)"] = marginal(optuna_n_jobs(n, SLEEP, st, "o1"),
-                                                 optuna_n_jobs(2 * n, SLEEP, st, "o2"), n, 2, SLEEP)
-    if not args.skip_tune:
-        rows["Ray Tune + OptunaSearch"] = marginal(ray_tune(n, SLEEP, tmp / "t1"), ray_tune(2 * n, SLEEP, tmp / "t2"),
-                                                   n, 2, SLEEP)
-    base = rows["csweep (MLflow on)"]
-    for name, ms in rows.items():
-        ratio = "" if name.startswith("csweep") else f"  (csweep / this = {base / ms:.2f})" if ms > 0 else ""
-        print(f"{name:32s} {ms:8.1f} ms/trial{ratio}")
-
-    from reports import write_study_report
-    import optuna
-
-    t0 = time.perf_counter()
-    write_study_report(optuna.load_study(study_name="b", storage=f"sqlite:///{tmp / 'c2' / 'optuna.db'}"),
-                       tmp / "report")
-    print(f"(end-of-run reports of the {2 * n}-trial study, once per run: {time.perf_counter() - t0:.2f} s)")
-
-    print("## 2. parallel efficiency of csweep, 1 s trials")
-    k = 6
-    t1 = csweep_run(k, 1, 1.0, tmp / "p1", "p1")
-    t2 = csweep_run(2 * k, 2, 1.0, tmp / "p2", "p2")
-    # the same work per worker: k one-second trials; start-up is in both
-    print(f"1 worker: {t1:.2f} s for {k} trials; 2 workers: {t2:.2f} s for {2 * k} trials; "
-          f"efficiency = {t1 / t2:.3f}")
+    csweep_run(4, 2, SLEEP, tmp / "warm", "warm")  # the first Ray use pays worker start-up
+    if not args.skip_overhead:
+        overhead(args.n, tmp, tune=not args.skip_tune)
+    efficiency(tmp)
     ray.shutdown()
-
     if not args.skip_warm:
-        print("## 4. warm workers: tiny model, textual_inversion, 1 step")
-        from sweeps._workers import TrialWorker
-
-        os.chdir(Path(__file__).resolve().parents[1])
-        times = []
-        worker = TrialWorker("objectives._textual_inversion:textual_inversion", True, "tiny", None)
-        for _ in range(3):
-            t0 = time.perf_counter()
-            out = worker.run({"steps": 1})
-            times.append(time.perf_counter() - t0 - out["metrics"]["train_seconds"])
-        print(f"start-up (trial time minus training): cold {times[0]:.3f} s, warm {times[1]:.3f} s, "
-              f"{times[2]:.3f} s; cold / warm = {times[0] / times[1]:.1f}x")
+        warm_workers()
 
 
 if __name__ == "__main__":
