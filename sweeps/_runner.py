@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reports import MAX_MEM_ATTR
 from search_spaces import SearchSpace
 
 from ._study import make_sampler, make_storage, open_study
 from ._tracking import PARENT_RUN_ATTR, Tracker, redact
 from ._workers import make_worker, runtime_env, start_ray
 
-MAX_MEM_ATTR = "max_mem_mb"
 RUN_ATTR = "csweep_run"  # what `csweep resume` needs to run the same sweep again
 TARGET_ATTR = "target_trials"
 INFEASIBLE_CONSTRAINT = 1e6  # constraint value of a trial that ran out of memory

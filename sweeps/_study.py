@@ -8,7 +8,6 @@ from typing import Any
 OBJECTIVES = ("val_loss", "peak_mem_mb")
 DIRECTIONS = ("minimize", "minimize")
 SAMPLERS = ("tpe", "nsga2", "gp", "random")
-PARENT_RUN_ATTR = "mlflow_parent_run_id"
 
 
 class StudyMismatch(ValueError):
