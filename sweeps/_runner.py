@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import sys
+import threading
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,13 +21,14 @@ from reports import MAX_MEM_ATTR
 from search_spaces import SearchSpace
 
 from ._study import make_sampler, make_storage, open_study
+from ._lane import PENDING_DIR, MlflowLane, write_pending
 from ._tracking import PARENT_RUN_ATTR, Tracker, redact
 from ._workers import make_worker, runtime_env, start_ray
 
 RUN_ATTR = "csweep_run"  # what `csweep resume` needs to run the same sweep again
 TARGET_ATTR = "target_trials"
 INFEASIBLE_CONSTRAINT = 1e6  # constraint value of a trial that ran out of memory
-PENDING_DIR = "pending_mlflow"
+PREFETCH_BELOW_S = 2.0  # trials shorter than this (median of the last five) get a second one queued
 
 
 class SweepAborted(RuntimeError):
@@ -66,6 +69,26 @@ class RunConfig:
                 "max_mem_mb", "max_retries", "max_fail_share")
         out = {k: getattr(self, k) for k in keep}
         return {**out, "fixed": dict(self.fixed), "health": dict(self.health)}
+
+
+@dataclass
+class _Flight:
+    """A trial submitted to a worker: its run id to come, where it runs, which attempt."""
+
+    trial: Any
+    started: Future
+    widx: int
+    generation: int
+    params: dict[str, Any]
+    attempt: int
+    seq: int
+    run_id: str | None = None  # None until the MLflow process has answered
+
+
+def _done(value: Any) -> Future:
+    fut: Future = Future()
+    fut.set_result(value)
+    return fut
 
 
 @dataclass
@@ -162,6 +185,11 @@ def run_sweep(cfg: RunConfig) -> Outcome:
             "seed": cfg.seed, **{f"fixed.{k}": v for k, v in cfg.fixed.items()},
         }) or ""
     outcome = Outcome(cfg.study_name, parent_run_id=parent)
+    # per-trial MLflow calls go to a child process, in order (started now, while Ray starts);
+    # without a parent run (MLflow unreachable) the records go straight to pending_mlflow/
+    pending_dir = cfg.workdir / PENDING_DIR / cfg.study_name
+    lane = (MlflowLane(cfg.tracking_uri, cfg.study_name, artifact_root=cfg.artifact_root, pending=pending_dir,
+                       parent=parent) if parent else None)
     if cfg.builtin and cfg.ray_address is None:
         from objectives import prepare_model
 
@@ -187,47 +215,73 @@ def run_sweep(cfg: RunConfig) -> Outcome:
     distributions = cfg.space.distributions()
     for params in cfg.enqueue:
         study.enqueue_trial(dict(params), skip_if_exists=False)
-    # future -> (trial, its run id to come, worker index, params, attempt)
-    in_flight: dict[Any, tuple[Any, Future, int, dict[str, Any], int]] = {}
-    free = list(range(len(workers)))
+    in_flight: dict[Any, _Flight] = {}
+    load = [0] * len(workers)  # tasks submitted to each worker and not yet returned
+    generation = [0] * len(workers)  # bumped when a worker is replaced
+    running_seq: dict[tuple[int, int], int] = {}  # (worker, generation) that died -> the task it ran
+    durations: list[float] = []
+    seq = 0
     asked = 0
     bar = _progress(cfg)
 
-    # MLflow calls run on one background thread, in order, off the driver's critical path; the
-    # only wait is for a trial's run id, which must be on the trial before it is told
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="csweep-mlflow")
+    def depth() -> int:
+        """Tasks per worker: a second one queued behind a short trial, so that the worker goes
+        straight on while the driver tells the first and asks the next; one for long trials,
+        where the wait is negligible and the sampler should see every finished result first."""
+        recent = sorted(durations[-5:])
+        return 2 if recent and recent[len(recent) // 2] < PREFETCH_BELOW_S else 1
 
-    def start_run(trial: Any, params: dict[str, Any]) -> str:
-        run_id = safe.call("start_trial", parent, cfg.study_name, trial.number, params) if parent else None
-        if run_id:
-            trial.set_user_attr("mlflow_run_id", run_id)
-        return run_id or ""
+    def send(widx: int, trial: Any, started: Future, params: dict[str, Any], attempt: int,
+             run_id: str | None = None) -> None:
+        nonlocal seq
+        seq += 1
+        ref = workers[widx].run.remote(params)
+        in_flight[ref] = _Flight(trial, started, widx, generation[widx], params, attempt, seq, run_id)
+        load[widx] += 1
 
-    def submit(widx: int) -> None:
+    def dispatch() -> None:
         nonlocal asked
-        trial = study.ask(fixed_distributions=distributions)
-        params = {**cfg.fixed, **trial.params}
-        started = pool.submit(start_run, trial, params)
-        in_flight[workers[widx].run.remote(params)] = (trial, started, widx, params, 1)
-        outcome.trial_numbers.append(trial.number)
-        asked += 1
+        while asked < cfg.trials and not outcome.aborted and not stop.is_set():
+            widx = min(range(len(workers)), key=load.__getitem__)
+            if load[widx] >= depth():
+                return
+            trial = study.ask(fixed_distributions=distributions)
+            params = {**cfg.fixed, **trial.params}
+            started = lane.start_trial(trial.number, params) if lane else _done("")
+            send(widx, trial, started, params, 1)
+            outcome.trial_numbers.append(trial.number)
+            asked += 1
 
     def log_trial(trial: Any, run_id: str, status: str, **record: Any) -> None:
         """To MLflow, or to WORKDIR/pending_mlflow/ for `csweep sync` when it cannot be reached."""
-        ok = bool(run_id) and safe.call("finish_trial", run_id, status=status, **record) is not None
-        if not ok:
-            pending = cfg.workdir / PENDING_DIR / cfg.study_name
-            pending.mkdir(parents=True, exist_ok=True)
-            blob = {"number": trial.number, "status": status, "run_id": run_id,
-                    **{k: v for k, v in record.items() if k != "artifacts"}}
-            (pending / f"trial-{trial.number}.json").write_text(json.dumps(blob, default=str))
-            for name, data in record.get("artifacts", {}).items():
-                path = pending / f"trial-{trial.number}" / name
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(data)
+        if lane is not None:
+            lane.finish_trial(trial.number, run_id, status, **record)
+        else:
+            write_pending(pending_dir, trial.number, status, run_id, record)
 
-    def finish(trial: Any, started: Future, result: Mapping[str, Any]) -> None:
-        run_id = started.result()
+    def run_id_of(flight: _Flight) -> str:
+        """The trial's MLflow run id, put on the trial as soon as it is known (a resume after a
+        driver crash ends the runs of the trials it finds RUNNING by that attr)."""
+        if flight.run_id is None:
+            flight.run_id = MlflowLane.run_id(flight.started)
+            if flight.run_id:
+                flight.trial.set_user_attr("mlflow_run_id", flight.run_id)
+        return flight.run_id
+
+    def ids_due() -> bool:
+        """Record the run ids that have arrived; True while some are still to come."""
+        due = False
+        for flight in in_flight.values():
+            if flight.run_id is None:
+                if flight.started.done():
+                    run_id_of(flight)
+                else:
+                    due = True
+        return due
+
+    def finish(flight: _Flight, result: Mapping[str, Any]) -> None:
+        trial = flight.trial
+        run_id = run_id_of(flight)
         trial.set_user_attr("node_id", result.get("node_id", ""))
         tags = {**result.get("tags", {}), "ray.node_id": result.get("node_id", "")}
         if "health" in tags:
@@ -238,7 +292,7 @@ def run_sweep(cfg: RunConfig) -> Outcome:
             trial.set_user_attr("prune_reason", reason)
             study.tell(trial, state=TrialState.PRUNED)
             outcome.pruned += 1
-            pool.submit(log_trial, trial, run_id, "KILLED", metrics=result.get("metrics", {}),
+            log_trial(trial, run_id, "KILLED", metrics=result.get("metrics", {}),
                       history=result.get("history", {}), config=config,
                       tags={**tags, "optuna.state": "PRUNED", "prune_reason": reason[:5000]},
                       artifacts=result.get("artifacts", {}))
@@ -251,7 +305,7 @@ def run_sweep(cfg: RunConfig) -> Outcome:
             mem = cfg.max_mem_mb * 2 if cfg.max_mem_mb else INFEASIBLE_CONSTRAINT
             study.tell(trial, [INFEASIBLE_CONSTRAINT, mem])
             outcome.completed += 1
-            pool.submit(log_trial, trial, run_id, "FAILED", config=config,
+            log_trial(trial, run_id, "FAILED", config=config,
                       tags={**tags, "optuna.state": "COMPLETE", "infeasible": "out of memory",
                             "fail_reason": reason[:5000]})
         elif result.get("ok"):
@@ -261,7 +315,7 @@ def run_sweep(cfg: RunConfig) -> Outcome:
                 trial.set_constraint("peak_mem_mb", values[1] - cfg.max_mem_mb)
             study.tell(trial, values)
             outcome.completed += 1
-            pool.submit(log_trial, trial, run_id, "FINISHED", metrics=metrics, history=result.get("history", {}),
+            log_trial(trial, run_id, "FINISHED", metrics=metrics, history=result.get("history", {}),
                       tags={**tags, "optuna.state": "COMPLETE"}, artifacts=result.get("artifacts", {}),
                       config=config)
         else:
@@ -269,8 +323,28 @@ def run_sweep(cfg: RunConfig) -> Outcome:
             trial.set_user_attr("fail_reason", reason)
             study.tell(trial, state=TrialState.FAIL)
             outcome.failed += 1
-            pool.submit(log_trial, trial, run_id, "FAILED", tags={**tags, "fail_reason": reason[:5000], "optuna.state": "FAIL"},
+            log_trial(trial, run_id, "FAILED", tags={**tags, "fail_reason": reason[:5000], "optuna.state": "FAIL"},
                       artifacts={"traceback.txt": result.get("traceback", reason).encode()})
+
+    def worker_lost(flight: _Flight, exc: Exception) -> dict[str, Any] | None:
+        """The worker process died (killed, OOM-killed): replace it once and run its trials again.
+        Only the trial it was running counts an attempt; one queued behind it never started."""
+        widx = flight.widx
+        key = (widx, flight.generation)
+        if flight.generation == generation[widx]:
+            mates = [f.seq for f in in_flight.values() if (f.widx, f.generation) == key]
+            running_seq[key] = min([flight.seq, *mates])
+            workers[widx] = new_worker()
+            generation[widx] += 1
+        attempt = flight.attempt
+        if flight.seq == running_seq[key]:
+            if attempt > cfg.max_retries:
+                return {"ok": False, "error": f"worker lost {attempt} time(s): {exc.__class__.__name__}: "
+                                              f"{str(exc)[:500]}"}
+            attempt += 1
+            flight.trial.set_user_attr("attempts", attempt)
+        send(widx, flight.trial, flight.started, flight.params, attempt, flight.run_id)
+        return None
 
     def too_many_failures() -> str:
         done = outcome.completed + outcome.failed + outcome.pruned
@@ -279,45 +353,58 @@ def run_sweep(cfg: RunConfig) -> Outcome:
                     f"{cfg.max_fail_share:.0%}); fix the objective, or raise --max-fail-share")
         return ""
 
+    def interrupted() -> None:
+        outcome.interrupted = True
+        # the workers are killed below (ray.kill), which ends their tasks
+        for flight in in_flight.values():
+            run_id = run_id_of(flight)
+            flight.trial.set_user_attr("fail_reason", "interrupted (SIGINT on the driver)")
+            flight.trial.set_user_attr("replaced", True)  # resume re-runs its parameters
+            study.tell(flight.trial, state=TrialState.FAIL)
+            if run_id and lane is not None:
+                lane.finish_trial(flight.trial.number, run_id, "KILLED", tags={"fail_reason": "interrupted"})
+        in_flight.clear()
+
+    # Ctrl-C sets a flag that the loop reads between steps, so that it never lands between an
+    # ask and the submit, or between a result and its tell
+    stop = threading.Event()
     try:
-        while (asked < cfg.trials and not outcome.aborted) or in_flight:
-            while free and asked < cfg.trials and not outcome.aborted:
-                submit(free.pop(0))
-            done, _ = ray.wait(list(in_flight), num_returns=1)
+        previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
+    except ValueError:  # not the main thread: Ctrl-C arrives as KeyboardInterrupt
+        previous = None
+    try:
+        while not stop.is_set():
+            dispatch()
+            if not in_flight:
+                break
+            done, _ = ray.wait(list(in_flight), num_returns=1, timeout=0.25 if ids_due() else 0.5)
             for fut in done:
-                trial, started, widx, params, attempt = in_flight.pop(fut)
+                flight = in_flight.pop(fut)
+                load[flight.widx] -= 1
                 try:
                     result = ray.get(fut)
                 except ray.exceptions.RayError as exc:
-                    # the worker process died (killed, OOM-killed): replace it, retry the trial
-                    workers[widx] = new_worker()
-                    if attempt <= cfg.max_retries:
-                        trial.set_user_attr("attempts", attempt + 1)
-                        in_flight[workers[widx].run.remote(params)] = (trial, started, widx, params, attempt + 1)
+                    result = worker_lost(flight, exc)
+                    if result is None:
                         continue
-                    result = {"ok": False, "error": f"worker lost {attempt} time(s): {exc.__class__.__name__}: "
-                                                    f"{str(exc)[:500]}"}
-                finish(trial, started, result)
-                free.append(widx)
+                if "seconds" in result:
+                    durations.append(float(result["seconds"]))
+                finish(flight, result)
                 outcome.aborted = outcome.aborted or too_many_failures()
                 _update(bar, study, outcome, len(in_flight))
+        if stop.is_set():
+            interrupted()
     except KeyboardInterrupt:
-        outcome.interrupted = True
-        # the workers are killed below (ray.kill), which ends their tasks
-        for trial, started, _, _, _ in in_flight.values():
-            run_id = started.result()
-            trial.set_user_attr("fail_reason", "interrupted (SIGINT on the driver)")
-            trial.set_user_attr("replaced", True)  # resume re-runs its parameters
-            study.tell(trial, state=TrialState.FAIL)
-            if run_id:
-                pool.submit(safe.call, "finish_trial", run_id, status="KILLED", tags={"fail_reason": "interrupted"})
-        in_flight.clear()
+        interrupted()
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
         if bar is not None:
             bar.close()
         for w in workers:
             ray.kill(w)
-        pool.shutdown(wait=True)
+        if lane is not None:
+            safe.error = lane.close() or safe.error
     if cfg.reports:
         outcome.report_dir = write_study_reports(study, cfg.workdir, safe.tracker, parent, safe=safe)
     if parent:
@@ -340,6 +427,28 @@ def stale_trials(study: Any) -> list[Any]:
     return [t for t in study.trials if t.state == TrialState.RUNNING]
 
 
+def _orphan_run(tracker: Tracker, study: Any, number: int) -> str:
+    """The MLflow run of a trial whose driver died before it recorded the run's id on the trial
+    (the run is created in the logging process, the id recorded a moment later); recorded now
+    for `csweep sync`, so that the trial keeps exactly one run."""
+    from ._sync import SYNCED_ATTR
+
+    parent = study.user_attrs.get(PARENT_RUN_ATTR)
+    if not parent:
+        return ""
+    try:
+        runs = tracker.client.search_runs(
+            [tracker.experiment_id], max_results=1,
+            filter_string=f"tags.`mlflow.parentRunId` = '{parent}' and tags.`optuna.trial_number` = '{number}'")
+    except Exception:  # noqa: BLE001 - MLflow unreachable: nothing to end
+        return ""
+    if not runs:
+        return ""
+    run_id = runs[0].info.run_id
+    study.set_user_attr(SYNCED_ATTR, {**study.user_attrs.get(SYNCED_ATTR, {}), str(number): run_id})
+    return run_id
+
+
 def prepare_resume(study: Any, tracker: Tracker | None) -> tuple[list[dict[str, Any]], int]:
     """Fail the stale RUNNING trials of a driver that died (their MLflow runs too) and return the
     parameters to run again (theirs and those of interrupted trials) and how many trials remain."""
@@ -349,7 +458,7 @@ def prepare_resume(study: Any, tracker: Tracker | None) -> tuple[list[dict[str, 
         study._storage.set_trial_user_attr(t._trial_id, "fail_reason", "stale: its driver stopped")
         study._storage.set_trial_user_attr(t._trial_id, "replaced", True)
         study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-        run_id = t.user_attrs.get("mlflow_run_id")
+        run_id = t.user_attrs.get("mlflow_run_id") or (_orphan_run(tracker, study, t.number) if tracker else "")
         if tracker is not None and run_id:
             try:
                 tracker.client.set_terminated(run_id, status="FAILED")

@@ -172,4 +172,5 @@ def test_a_sweep_whose_trials_keep_failing_stops_with_a_message(analytic_project
     assert res.returncode == 1
     assert "more than 50%" in res.stderr and "--max-fail-share" in res.stderr
     study, _ = load(analytic_project)
-    assert 4 <= len(study.trials) <= 6  # stopped after 4 finished, with what was in flight
+    # stopped after 4 finished, with what was in flight (short trials: up to 2 per worker)
+    assert 4 <= len(study.trials) <= 8

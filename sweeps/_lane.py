@@ -1,0 +1,131 @@
+"""Per-trial MLflow logging in a child process, in order, off the driver's critical path.
+
+A trial's MLflow work (create the nested run, log its params; later its metrics, history, tags,
+artifacts, end it) costs tens of milliseconds of CPU, mostly SQLAlchemy. On a thread of the
+driver it competes with Optuna's ask and tell for the GIL; in its own process it runs beside
+them. One process, one queue: calls run in the order they were made. When MLflow cannot be
+reached, the trial's record goes to WORKDIR/pending_mlflow/ for `csweep sync`, as before.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import signal
+from collections.abc import Mapping
+from concurrent.futures import Future, ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+PENDING_DIR = "pending_mlflow"
+
+# the child's state: one tracker, the last error, where pending records go
+_state: dict[str, Any] = {}
+
+
+def write_pending(pending: Path, number: int, status: str, run_id: str, record: Mapping[str, Any]) -> None:
+    """A trial's MLflow record on disk, for `csweep sync` to back-fill."""
+    pending.mkdir(parents=True, exist_ok=True)
+    blob = {"number": number, "status": status, "run_id": run_id,
+            **{k: v for k, v in record.items() if k != "artifacts"}}
+    (pending / f"trial-{number}.json").write_text(json.dumps(blob, default=str))
+    for name, data in record.get("artifacts", {}).items():
+        path = pending / f"trial-{number}" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+
+def _init(uri: str, experiment: str, artifact_root: str | None, pending: str) -> None:
+    # Ctrl-C reaches the whole process group: the driver handles it and still needs this
+    # process to end the interrupted trials' runs
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from ._study import retry_on_race, tune_sqlite
+    from ._tracking import Tracker
+
+    tune_sqlite()
+    _state.update(tracker=None, error="", pending=Path(pending))
+    try:
+        _state["tracker"] = retry_on_race(
+            lambda: Tracker(uri, experiment, artifact_root=Path(artifact_root) if artifact_root else None))
+    except Exception as exc:  # noqa: BLE001 - MLflow down must not stop the sweep
+        _state["error"] = f"{exc.__class__.__name__}: {exc}"
+
+
+def _call(method: str, *args: Any, **kwargs: Any) -> Any:
+    tracker = _state.get("tracker")
+    if tracker is None:
+        return None
+    try:
+        return getattr(tracker, method)(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001
+        _state["error"] = f"{exc.__class__.__name__}: {str(exc)[:300]}"
+        return None
+
+
+def _start(parent: str, study: str, number: int, params: Mapping[str, Any]) -> str:
+    return _call("start_trial", parent, study, number, params) or ""
+
+
+def _finish(number: int, run_id: str, status: str, record: Mapping[str, Any]) -> None:
+    ok = bool(run_id) and _call("finish_trial", run_id, status=status, **record) is not None
+    if not ok:
+        write_pending(_state["pending"], number, status, run_id, record)
+
+
+def _error() -> str:
+    return _state.get("error", "")
+
+
+def _ready() -> bool:
+    return True
+
+
+class MlflowLane:
+    """The driver's handle on the child. Every method returns at once; `start_trial` gives a
+    future of the run id ("" when MLflow is unreachable)."""
+
+    def __init__(self, uri: str, study_name: str, *, artifact_root: Path | None, pending: Path,
+                 parent: str) -> None:
+        self.parent = parent
+        self.study_name = study_name
+        self.pending = pending
+        self.error = ""
+        self._pool = ProcessPoolExecutor(
+            max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_init,
+            initargs=(uri, study_name, str(artifact_root) if artifact_root else None, str(pending)))
+        self._pool.submit(_ready)  # start the process now, while Ray starts
+
+    def _submit(self, fn: Any, *args: Any) -> Future | None:
+        try:
+            return self._pool.submit(fn, *args)
+        except Exception as exc:  # noqa: BLE001 - a dead child: MLflow is unreachable from here on
+            self.error = self.error or f"the MLflow logging process stopped: {exc.__class__.__name__}: {exc}"
+            return None
+
+    def start_trial(self, number: int, params: Mapping[str, Any]) -> Future:
+        fut = self._submit(_start, self.parent, self.study_name, number, dict(params))
+        if fut is None:
+            fut = Future()
+            fut.set_result("")
+        return fut
+
+    def finish_trial(self, number: int, run_id: str, status: str, **record: Any) -> None:
+        if self._submit(_finish, number, run_id, status, record) is None:
+            write_pending(self.pending, number, status, run_id, record)
+
+    @staticmethod
+    def run_id(fut: Future) -> str:
+        try:
+            return fut.result()
+        except Exception:  # noqa: BLE001 - the child died before it answered
+            return ""
+
+    def close(self) -> str:
+        """Wait for the queue to drain; returns the last MLflow error, "" when none."""
+        fut = self._submit(_error)
+        try:
+            err = fut.result() if fut is not None else ""
+        except Exception as exc:  # noqa: BLE001
+            err = f"the MLflow logging process stopped: {exc.__class__.__name__}"
+        self._pool.shutdown(wait=True)
+        return self.error or err
