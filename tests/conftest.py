@@ -33,6 +33,13 @@ def objective(params):
     x, y = params["x"], params["y"]
     if params.get("pid_dir"):
         open(os.path.join(params["pid_dir"], str(os.getpid())), "w").close()
+    if params.get("calls_dir"):  # the worker process dies (SIGKILL) in the die_on_call-th call overall
+        calls = params["calls_dir"]
+        open(os.path.join(calls, f"call-{time.time_ns()}-{os.getpid()}"), "w").close()
+        if len(os.listdir(calls)) == params["die_on_call"] and not os.path.exists(calls + ".died"):
+            open(calls + ".died", "w").close()
+            time.sleep(params.get("sleep") or 0)
+            os.kill(os.getpid(), 9)
     time.sleep(params.get("sleep") or 0)
     if params.get("fail_above") is not None and x > params["fail_above"]:
         raise RuntimeError(f"planted failure at x={x:.3f}")
@@ -56,6 +63,8 @@ fixed:
   oom_above: null
   sleep: 0
   pid_dir: null
+  calls_dir: null
+  die_on_call: null
 """
 
 

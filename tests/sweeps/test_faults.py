@@ -102,6 +102,33 @@ def test_worker_killed_without_retries_fails_that_trial_only(analytic_project, c
     assert "RUNNING" not in {r.info.status for r in children}
 
 
+def test_short_trials_worker_killed_with_a_trial_queued_behind(analytic_project, cli):
+    """Short trials get a second one queued on each worker; when a worker dies, only the trial it
+    was running is lost (--max-retries 0), the one queued behind it runs on the replacement."""
+    calls = analytic_project / "calls"
+    calls.mkdir()
+    res = cli("run", "analytic.yaml", "--trials", "12", "--workers", "2", "--set", "sleep=0.3",
+              "--set", f"calls_dir={calls}", "--set", "die_on_call=6", "--max-retries", "0", "--no-progress",
+              cwd=analytic_project)
+    assert res.returncode == 0, res.stderr
+    assert (analytic_project / "calls.died").exists()
+    study, client = load(analytic_project)
+    states = [t.state.name for t in study.trials]
+    assert len(states) == 12 and states.count("FAIL") == 1 and states.count("COMPLETE") == 11, states
+    failed = next(t for t in study.trials if t.state.name == "FAIL")
+    assert "worker lost 1 time(s)" in failed.user_attrs["fail_reason"]
+    assert not any("attempts" in t.user_attrs for t in study.trials)
+    children, parents = child_runs(client)
+    assert len(children) == 12 and len(parents) == 1
+    by_number = {int(r.data.tags["optuna.trial_number"]): r for r in children}
+    for t in study.trials:
+        run = by_number[t.number]
+        assert run.info.run_id == t.user_attrs["mlflow_run_id"]
+        assert run.info.status == ("FAILED" if t.state.name == "FAIL" else "FINISHED")
+        if t.state.name == "COMPLETE":
+            assert run.data.metrics["val_loss"] == t.values[0]
+
+
 def test_driver_killed_then_resume_finishes_exactly(analytic_project, cli):
     proc = _popen(analytic_project, "run", "analytic.yaml", "--trials", "6", "--workers", "2",
                   "--set", "sleep=1.5", "--no-progress")
