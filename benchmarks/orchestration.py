@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -117,42 +118,94 @@ def marginal(t_n: float, t_2n: float, n: int, workers: int, sleep: float) -> flo
     return 1000 * ((t_2n - t_n) / n - sleep / workers)
 
 
-def overhead(n: int, tmp: Path, *, tune: bool) -> None:
-    print(f"## 1. marginal overhead per trial, {int(SLEEP * 1000)} ms objective, 2 workers, N={n} vs 2N")
-    rows = {}
-    rows["csweep (MLflow on)"] = marginal(csweep_run(n, 2, SLEEP, tmp / "c1", "a"),
-                                          csweep_run(2 * n, 2, SLEEP, tmp / "c2", "b"), n, 2, SLEEP)
+def steady_slope(storage: str, study: str, workers: int, sleep: float) -> float:
+    """Per-trial wall time beyond the objective's in the steady state, in ms: the time between
+    the completions of the 10%-th and the 90%-th trial (start-up and drain left out)."""
+    import optuna
+
+    done = sorted(t.datetime_complete for t in optuna.load_study(study_name=study, storage=storage).trials
+                  if t.datetime_complete is not None)
+    # both ends at the same place in a round of `workers` completions, which come close together
+    a = len(done) // 10
+    b = a + (len(done) * 9 // 10 - a) // workers * workers
+    return 1000 * ((done[b] - done[a]).total_seconds() / (b - a) - sleep / workers)  # sleep 0: the raw slope
+
+
+def overhead(n: int, tmp: Path, *, tune: bool, repeats: int) -> None:
+    print(f"## 1. overhead per trial beyond the objective, {int(SLEEP * 1000)} ms objective, 2 workers; "
+          f"median of {repeats} rounds, the tools interleaved")
     st = f"sqlite:///{tmp / 'peer.db'}"
     ray_ask_tell(4, 2, SLEEP, st, "warm")
-    rows["Optuna ask/tell on Ray tasks"] = marginal(ray_ask_tell(n, 2, SLEEP, st, "r1"),
-                                                    ray_ask_tell(2 * n, 2, SLEEP, st, "r2"), n, 2, SLEEP)
-    rows["Optuna optimize(n_jobs=2)"] = marginal(optuna_n_jobs(n, SLEEP, st, "o1"),
-                                                 optuna_n_jobs(2 * n, SLEEP, st, "o2"), n, 2, SLEEP)
-    if tune:
-        rows["Ray Tune + OptunaSearch"] = marginal(ray_tune(n, SLEEP, tmp / "t1"), ray_tune(2 * n, SLEEP, tmp / "t2"),
-                                                   n, 2, SLEEP)
-    base = rows["csweep (MLflow on)"]
-    for name, ms in rows.items():
-        ratio = "" if name.startswith("csweep") or ms <= 0 else f"  (csweep / this = {base / ms:.2f})"
-        print(f"{name:32s} {ms:8.1f} ms/trial{ratio}")
+    diffs: dict[str, list[float]] = {}
+    slopes: dict[str, list[float]] = {}
+    for k in range(repeats):
+        tools = {
+            "csweep (MLflow on)": (lambda m, tag: csweep_run(m, 2, SLEEP, tmp / f"c{k}{tag}", f"c{k}{tag}"),
+                                   lambda tag: (f"sqlite:///{tmp / f'c{k}{tag}' / 'optuna.db'}", f"c{k}{tag}")),
+            "Optuna ask/tell on Ray tasks": (lambda m, tag: ray_ask_tell(m, 2, SLEEP, st, f"r{k}{tag}"),
+                                             lambda tag: (st, f"r{k}{tag}")),
+            "Optuna optimize(n_jobs=2)": (lambda m, tag: optuna_n_jobs(m, SLEEP, st, f"o{k}{tag}"),
+                                          lambda tag: (st, f"o{k}{tag}")),
+        }
+        if tune and k == 0:  # a second per trial: once is enough to see it
+            tools["Ray Tune + OptunaSearch"] = (lambda m, tag: ray_tune(m, SLEEP, tmp / f"t{k}{tag}"), None)
+        for name, (run, where) in tools.items():
+            run(4, "w")  # a warm-up, so that both timed runs find Ray's worker processes started
+            diffs.setdefault(name, []).append(marginal(run(n, "a"), run(2 * n, "b"), n, 2, SLEEP))
+            if where is not None:
+                slopes.setdefault(name, []).append(steady_slope(*where("b"), 2, SLEEP))
+    per_trial = 1000 * SLEEP / 2
+    print(f"(a) steady state: trials 10%..90% of a {2 * n}-trial run, from the completion times in storage")
+    print(f"(b) whole runs: (T({2 * n}) - T({n})) / {n}, start-up cancelled")
+    print(f"{'':32s} {'(a) ms':>8s} {'(b) ms':>8s}   per-round (a) | (b); the objective alone takes {per_trial:.0f} ms "
+          f"per trial")
+    base = statistics.median(slopes["csweep (MLflow on)"]) + per_trial
+    for name, d in diffs.items():
+        sl = slopes.get(name)
+        a = f"{statistics.median(sl):8.1f}" if sl else f"{'':>8s}"
+        ratio = f"  wall per trial {(statistics.median(sl) + per_trial) / base:.2f}x csweep's" if sl and \
+            not name.startswith("csweep") else ""
+        rounds = (", ".join(f"{x:.1f}" for x in sl) + " | " if sl else "") + ", ".join(f"{x:.1f}" for x in d)
+        print(f"{name:32s} {a} {statistics.median(d):8.1f}   {rounds}{ratio}")
+    _check_mlflow(tmp / f"c{repeats - 1}b", f"c{repeats - 1}b", 2 * n)
     import optuna
 
     from reports import write_study_report
 
     t0 = time.perf_counter()
-    write_study_report(optuna.load_study(study_name="b", storage=f"sqlite:///{tmp / 'c2' / 'optuna.db'}"),
+    last = f"c{repeats - 1}b"
+    write_study_report(optuna.load_study(study_name=last, storage=f"sqlite:///{tmp / last / 'optuna.db'}"),
                        tmp / "report")
     print(f"(end-of-run reports of the {2 * n}-trial study, once per run: {time.perf_counter() - t0:.2f} s)")
 
 
+def _check_mlflow(workdir: Path, study: str, n: int) -> None:
+    """The timed csweep run includes its MLflow logging: every trial's run is there, ended."""
+    from mlflow.tracking import MlflowClient
+
+    from sweeps._cli import default_tracking
+
+    client = MlflowClient(default_tracking(workdir))
+    exp = client.get_experiment_by_name(study)
+    runs = client.search_runs([exp.experiment_id], filter_string="tags.`mlflow.parentRunId` != ''", max_results=1000)
+    done = [r for r in runs if r.info.status == "FINISHED" and "val_loss" in r.data.metrics]
+    print(f"(csweep's {n}-trial run: {len(done)} of {n} MLflow trial runs FINISHED with their metrics)")
+    assert len(done) == n
+
+
 def efficiency(tmp: Path) -> None:
     print("## 2. parallel efficiency of csweep, 1 s trials")
-    k = 4
-    # differences of two run lengths, so worker start-up and study set-up cancel
+    k = 6
+    # (a) differences of two run lengths, so worker start-up and study set-up cancel
     t1 = csweep_run(2 * k, 1, 1.0, tmp / "p1", "p1") - csweep_run(k, 1, 1.0, tmp / "p0", "p0")
     t2 = csweep_run(4 * k, 2, 1.0, tmp / "p3", "p3") - csweep_run(2 * k, 2, 1.0, tmp / "p2", "p2")
-    print(f"{k} more trials on 1 worker: {t1:.2f} s; {2 * k} more trials on 2 workers: {t2:.2f} s; "
+    # (b) the steady state of the longer runs: seconds per trial between their 10%-th and 90%-th completion
+    s1 = steady_slope(f"sqlite:///{tmp / 'p1' / 'optuna.db'}", "p1", 1, 0) / 1000
+    s2 = steady_slope(f"sqlite:///{tmp / 'p3' / 'optuna.db'}", "p3", 2, 0) / 1000
+    print(f"(a) {k} more trials on 1 worker: {t1:.2f} s; {2 * k} more trials on 2 workers: {t2:.2f} s; "
           f"efficiency = {t1 / t2:.3f}")
+    print(f"(b) steady state: {s1:.3f} s per trial on 1 worker, {s2:.3f} s on 2 workers; "
+          f"efficiency = {s1 / (2 * s2):.3f}")
 
 
 def warm_workers() -> None:
@@ -172,7 +225,8 @@ def warm_workers() -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=40)
+    ap.add_argument("--n", type=int, default=60)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip-tune", action="store_true")
     ap.add_argument("--skip-overhead", action="store_true")
     ap.add_argument("--skip-warm", action="store_true")
@@ -190,7 +244,7 @@ def main() -> None:
           f"{os.cpu_count()} CPUs  python {platform.python_version()}")
     csweep_run(4, 2, SLEEP, tmp / "warm", "warm")  # the first Ray use pays worker start-up
     if not args.skip_overhead:
-        overhead(args.n, tmp, tune=not args.skip_tune)
+        overhead(args.n, tmp, tune=not args.skip_tune, repeats=args.repeats)
     efficiency(tmp)
     ray.shutdown()
     if not args.skip_warm:

@@ -227,9 +227,11 @@ def run_sweep(cfg: RunConfig) -> Outcome:
     def depth() -> int:
         """Tasks per worker: a second one queued behind a short trial, so that the worker goes
         straight on while the driver tells the first and asks the next; one for long trials,
-        where the wait is negligible and the sampler should see every finished result first."""
+        where the wait is negligible and the sampler should see every finished result first,
+        and one for the last trials, which go to whichever worker is free first."""
         recent = sorted(durations[-5:])
-        return 2 if recent and recent[len(recent) // 2] < PREFETCH_BELOW_S else 1
+        short = bool(recent) and recent[len(recent) // 2] < PREFETCH_BELOW_S
+        return 2 if short and cfg.trials - asked > len(workers) else 1
 
     def send(widx: int, trial: Any, started: Future, params: dict[str, Any], attempt: int,
              run_id: str | None = None) -> None:
