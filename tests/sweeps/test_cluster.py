@@ -136,29 +136,42 @@ def test_mlflow_outage_then_sync_backfills_idempotently(analytic_project, mlflow
 @pytest.fixture
 def ray_cluster(tmp_path):
     """A two-node Ray cluster on this host (a head and a second node), one CPU each."""
-    port = _free_port()
-    temp = Path("/tmp") / f"csweep-ray-{uuid.uuid4().hex[:6]}"  # short: Ray's socket paths are limited
     # `ray start` turns token auth on: every node and client of this cluster presents the token
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token"}
     base = ["--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--disable-usage-stats"]
-    head = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--port", str(port),
-            "--include-dashboard", "false", "--temp-dir", str(temp), *base,
-            "--min-worker-port", "21000", "--max-worker-port", "21200"]
+    marks: list[str] = []  # temp dirs and addresses: every process of the cluster names one
     try:
-        subprocess.run(head, check=True, env=env, capture_output=True, timeout=180)
+        for attempt in range(3):
+            # a free port can be taken again before Ray binds it (or be one Ray uses for itself,
+            # such as its agent's 52365): then start again on another
+            port = _free_port()
+            temp = Path("/tmp") / f"csweep-ray-{uuid.uuid4().hex[:6]}"  # short: Ray's socket paths are limited
+            marks += [str(temp), f"127.0.0.1:{port}"]
+            head = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--port", str(port),
+                    "--include-dashboard", "false", "--temp-dir", str(temp), *base,
+                    "--min-worker-port", "21000", "--max-worker-port", "21200"]
+            started = subprocess.run(head, env=env, capture_output=True, text=True, timeout=180)
+            if started.returncode == 0:
+                break
+            _kill_marked(marks)
+            assert attempt < 2, f"ray start --head failed: {started.stderr[-2000:]}"
         second = [sys.executable, "-m", "ray.scripts.scripts", "start", "--address", f"127.0.0.1:{port}", *base,
                   "--min-worker-port", "21201", "--max-worker-port", "21400"]
         subprocess.run(second, check=True, env=env, capture_output=True, timeout=180)
         yield f"127.0.0.1:{port}"
     finally:
-        # stopped by their own process ids: every process of this cluster names its temp dir or port
-        for p in psutil.process_iter(["pid", "cmdline"]):
-            cmd = " ".join(p.info["cmdline"] or [])
-            if str(temp) in cmd or f"127.0.0.1:{port}" in cmd:
-                try:
-                    p.kill()
-                except psutil.Error:
-                    pass
+        _kill_marked(marks)
+
+
+def _kill_marked(marks: list[str]) -> None:
+    """Stop this cluster's processes by their own process ids."""
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if any(m in cmd for m in marks):
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
 
 
 def test_trials_run_on_both_nodes_of_a_cluster(analytic_project, ray_cluster, cli):
