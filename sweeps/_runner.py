@@ -28,7 +28,7 @@ from ._workers import make_worker, runtime_env, start_ray
 RUN_ATTR = "csweep_run"  # what `csweep resume` needs to run the same sweep again
 TARGET_ATTR = "target_trials"
 INFEASIBLE_CONSTRAINT = 1e6  # constraint value of a trial that ran out of memory
-PREFETCH_BELOW_S = 2.0  # trials shorter than this (median of the last five) get a second one queued
+PREFETCH_BELOW_S = 0.5  # trials shorter than this (median of the last five) get a second one queued
 
 
 class SweepAborted(RuntimeError):

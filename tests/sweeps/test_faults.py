@@ -107,7 +107,7 @@ def test_short_trials_worker_killed_with_a_trial_queued_behind(analytic_project,
     was running is lost (--max-retries 0), the one queued behind it runs on the replacement."""
     calls = analytic_project / "calls"
     calls.mkdir()
-    res = cli("run", "analytic.yaml", "--trials", "12", "--workers", "2", "--set", "sleep=0.3",
+    res = cli("run", "analytic.yaml", "--trials", "12", "--workers", "2", "--set", "sleep=0.2",
               "--set", f"calls_dir={calls}", "--set", "die_on_call=6", "--max-retries", "0", "--no-progress",
               cwd=analytic_project)
     assert res.returncode == 0, res.stderr
