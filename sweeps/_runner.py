@@ -131,8 +131,8 @@ def counted_trials(study: Any) -> int:
 
 
 class SafeTracker:
-    """Tracker calls that never take the sweep down: a failure marks MLflow as unreachable and
-    the trial's record is kept on disk for `csweep sync`."""
+    """The driver's own tracker calls (the parent run, the reports) that never take the sweep
+    down: a failure marks MLflow as unreachable. Per-trial calls go through the MlflowLane."""
 
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
