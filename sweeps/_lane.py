@@ -19,8 +19,15 @@ from typing import Any
 
 PENDING_DIR = "pending_mlflow"
 
-# the child's state: one tracker, the last error, where pending records go
+# the child's state: its tracker (a SafeTracker) and where pending records go
 _state: dict[str, Any] = {}
+
+
+def done_future(value: Any) -> Future:
+    """A future that already holds its value."""
+    fut: Future = Future()
+    fut.set_result(value)
+    return fut
 
 
 def write_pending(pending: Path, number: int, status: str, run_id: str, record: Mapping[str, Any]) -> None:
@@ -39,41 +46,26 @@ def _init(uri: str, experiment: str, artifact_root: str | None, pending: str) ->
     # Ctrl-C reaches the whole process group: the driver handles it and still needs this
     # process to end the interrupted trials' runs
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from ._study import retry_on_race, tune_sqlite
-    from ._tracking import Tracker
+    from ._study import tune_sqlite
+    from ._tracking import SafeTracker
 
     tune_sqlite()
-    _state.update(tracker=None, error="", pending=Path(pending))
-    try:
-        _state["tracker"] = retry_on_race(
-            lambda: Tracker(uri, experiment, artifact_root=Path(artifact_root) if artifact_root else None))
-    except Exception as exc:  # noqa: BLE001 - MLflow down must not stop the sweep
-        _state["error"] = f"{exc.__class__.__name__}: {exc}"
-
-
-def _call(method: str, *args: Any, **kwargs: Any) -> Any:
-    tracker = _state.get("tracker")
-    if tracker is None:
-        return None
-    try:
-        return getattr(tracker, method)(*args, **kwargs)
-    except Exception as exc:  # noqa: BLE001
-        _state["error"] = f"{exc.__class__.__name__}: {str(exc)[:300]}"
-        return None
+    _state["pending"] = Path(pending)
+    _state["safe"] = SafeTracker(uri, experiment, artifact_root=Path(artifact_root) if artifact_root else None)
 
 
 def _start(parent: str, study: str, number: int, params: Mapping[str, Any]) -> str:
-    return _call("start_trial", parent, study, number, params) or ""
+    return _state["safe"].call("start_trial", parent, study, number, params) or ""
 
 
 def _finish(number: int, run_id: str, status: str, record: Mapping[str, Any]) -> None:
-    ok = bool(run_id) and _call("finish_trial", run_id, status=status, **record) is not None
+    ok = bool(run_id) and _state["safe"].call("finish_trial", run_id, status=status, **record) is not None
     if not ok:
         write_pending(_state["pending"], number, status, run_id, record)
 
 
 def _error() -> str:
-    return _state.get("error", "")
+    return _state["safe"].error
 
 
 def _ready() -> bool:
@@ -104,10 +96,7 @@ class MlflowLane:
 
     def start_trial(self, number: int, params: Mapping[str, Any]) -> Future:
         fut = self._submit(_start, self.parent, self.study_name, number, dict(params))
-        if fut is None:
-            fut = Future()
-            fut.set_result("")
-        return fut
+        return done_future("") if fut is None else fut
 
     def finish_trial(self, number: int, run_id: str, status: str, **record: Any) -> None:
         if self._submit(_finish, number, run_id, status, record) is None:

@@ -21,18 +21,14 @@ from reports import MAX_MEM_ATTR
 from search_spaces import SearchSpace
 
 from ._study import make_sampler, make_storage, open_study
-from ._lane import PENDING_DIR, MlflowLane, write_pending
-from ._tracking import PARENT_RUN_ATTR, Tracker, redact
+from ._lane import PENDING_DIR, MlflowLane, done_future, write_pending
+from ._tracking import PARENT_RUN_ATTR, SafeTracker, Tracker, redact
 from ._workers import make_worker, runtime_env, start_ray
 
 RUN_ATTR = "csweep_run"  # what `csweep resume` needs to run the same sweep again
 TARGET_ATTR = "target_trials"
 INFEASIBLE_CONSTRAINT = 1e6  # constraint value of a trial that ran out of memory
 PREFETCH_BELOW_S = 0.5  # trials shorter than this (median of the last five) get a second one queued
-
-
-class SweepAborted(RuntimeError):
-    """Too many trials failed: the sweep stopped instead of burning the cluster."""
 
 
 @dataclass(frozen=True)
@@ -85,12 +81,6 @@ class _Flight:
     run_id: str | None = None  # None until the MLflow process has answered
 
 
-def _done(value: Any) -> Future:
-    fut: Future = Future()
-    fut.set_result(value)
-    return fut
-
-
 @dataclass
 class Outcome:
     study_name: str
@@ -130,32 +120,6 @@ def counted_trials(study: Any) -> int:
     return sum(1 for t in study.trials if not t.user_attrs.get("replaced"))
 
 
-class SafeTracker:
-    """The driver's own tracker calls (the parent run, the reports) that never take the sweep
-    down: a failure marks MLflow as unreachable. Per-trial calls go through the MlflowLane."""
-
-    def __init__(self, cfg: RunConfig) -> None:
-        self.cfg = cfg
-        self.tracker: Tracker | None = None
-        self.error = ""
-        try:
-            from ._study import retry_on_race
-
-            self.tracker = retry_on_race(
-                lambda: Tracker(cfg.tracking_uri, cfg.study_name, artifact_root=cfg.artifact_root))
-        except Exception as exc:  # noqa: BLE001 - MLflow down must not stop the sweep
-            self.error = f"{exc.__class__.__name__}: {exc}"
-
-    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        if self.tracker is None:
-            return None
-        try:
-            return getattr(self.tracker, method)(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001
-            self.error = f"{exc.__class__.__name__}: {str(exc)[:300]}"
-            return None
-
-
 def run_sweep(cfg: RunConfig) -> Outcome:
     import ray
     from optuna.trial import TrialState
@@ -175,7 +139,7 @@ def run_sweep(cfg: RunConfig) -> Outcome:
     study.set_user_attr("space", cfg.space.to_dict())
     study.set_user_attr("objective", cfg.objective)
     study.set_user_attr(RUN_ATTR, cfg.stored())
-    safe = SafeTracker(cfg)
+    safe = SafeTracker(cfg.tracking_uri, cfg.study_name, artifact_root=cfg.artifact_root)
     parent = ""
     if safe.tracker is not None:
         study.set_user_attr("mlflow_experiment_id", safe.tracker.experiment_id)
@@ -249,7 +213,7 @@ def run_sweep(cfg: RunConfig) -> Outcome:
                 return
             trial = study.ask(fixed_distributions=distributions)
             params = {**cfg.fixed, **trial.params}
-            started = lane.start_trial(trial.number, params) if lane else _done("")
+            started = lane.start_trial(trial.number, params) if lane else done_future("")
             send(widx, trial, started, params, 1)
             outcome.trial_numbers.append(trial.number)
             asked += 1

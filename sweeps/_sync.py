@@ -7,7 +7,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from ._runner import PENDING_DIR
+from ._lane import PENDING_DIR
+from ._runner import RUN_ATTR
 from ._tracking import Tracker
 
 SYNCED_ATTR = "mlflow_run_ids_synced"
@@ -41,7 +42,7 @@ def sync_study(study: Any, workdir: Path, tracking_uri: str, *, artifact_root: P
             already += 1
             continue
         if not exists:
-            fixed = study.user_attrs.get("csweep_run", {}).get("fixed", {})
+            fixed = study.user_attrs.get(RUN_ATTR, {}).get("fixed", {})
             params = {**fixed, **t.params}
             run_id = tracker.start_trial(parent, study.study_name, t.number, params)
             synced[str(t.number)] = run_id

@@ -164,6 +164,30 @@ class Tracker:
             self.client.log_batch(run_id, params=items[i : i + 100])
 
 
+class SafeTracker:
+    """Tracker calls that never take the sweep down: a failure marks MLflow as unreachable
+    (`error` says why) and the call returns None."""
+
+    def __init__(self, uri: str, experiment: str, *, artifact_root: Path | None = None) -> None:
+        from ._study import retry_on_race
+
+        self.tracker: Tracker | None = None
+        self.error = ""
+        try:
+            self.tracker = retry_on_race(lambda: Tracker(uri, experiment, artifact_root=artifact_root))
+        except Exception as exc:  # noqa: BLE001 - MLflow down must not stop the sweep
+            self.error = f"{exc.__class__.__name__}: {exc}"
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        if self.tracker is None:
+            return None
+        try:
+            return getattr(self.tracker, method)(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001
+            self.error = f"{exc.__class__.__name__}: {str(exc)[:300]}"
+            return None
+
+
 def _param_str(v: Any) -> str:
     return v if isinstance(v, str) else json.dumps(v)
 

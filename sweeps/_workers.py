@@ -84,14 +84,9 @@ def run_trial(
         if exc.__class__.__name__ == "OutOfMemoryError":
             _release_memory()
             out = {"ok": False, "oom": True, "error": f"{exc.__class__.__name__}: {str(exc)[:500]}"}
-            out["node_id"] = _node_id()
-            out["seconds"] = time.perf_counter() - started
-            return out
-        out = {
-            "ok": False,
-            "error": f"{exc.__class__.__name__}: {exc}"[:2000],
-            "traceback": traceback.format_exc()[-4000:],
-        }
+        else:
+            out = {"ok": False, "error": f"{exc.__class__.__name__}: {exc}"[:2000],
+                   "traceback": traceback.format_exc()[-4000:]}
     out["node_id"] = _node_id()
     out["seconds"] = time.perf_counter() - started
     return out
