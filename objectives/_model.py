@@ -98,7 +98,7 @@ class BaseModel:
         return [*self.text_encoders, self.unet, self.vae]
 
 
-def _clip_config(tokenizer: Any, *, projection: bool = False) -> Any:
+def _clip_config(tokenizer: Any) -> Any:
     from transformers import CLIPTextConfig
 
     return CLIPTextConfig(

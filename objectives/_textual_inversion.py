@@ -14,6 +14,7 @@ import math
 import tempfile
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -172,17 +173,74 @@ def _projection(hidden: int, dim: int) -> torch.Tensor | None:
     return q  # orthonormal columns
 
 
+@dataclass
+class Trainables:
+    """What a trial trains, named once: per text encoder its concept code and its own unfrozen
+    or LoRA weights, and the UNet's LoRA. Optimizer groups, parameter counts, per-group gradient
+    norms and the health monitor's names all derive from here."""
+
+    concepts: list[ConceptEmbedding]
+    encoders: list[dict[str, torch.nn.Parameter]]  # per encoder: name -> trainable weight
+    unet: dict[str, torch.nn.Parameter]  # name -> UNet LoRA weight
+
+    def of_encoder(self, i: int) -> list[torch.Tensor]:
+        """Encoder i's trainables, its concept code first."""
+        return [self.concepts[i].z, *self.encoders[i].values()]
+
+    def counts(self) -> dict[str, int]:
+        return {"embedding": sum(ce.z.numel() for ce in self.concepts),
+                "text": sum(p.numel() for e in self.encoders for p in e.values()),
+                "unet_lora": sum(p.numel() for p in self.unet.values())}
+
+    def norm_groups(self) -> dict[str, list[torch.Tensor]]:
+        """Gradient norms are logged per step per group: each encoder's concept code, each
+        encoder's own weights, the UNet's LoRA."""
+        out: dict[str, list[torch.Tensor]] = {f"embedding_{i}": [ce.z] for i, ce in enumerate(self.concepts)}
+        out |= {f"text_encoder_{i}": list(e.values()) for i, e in enumerate(self.encoders) if e}
+        if self.unet:
+            out["unet_lora"] = list(self.unet.values())
+        return out
+
+    def named(self) -> dict[str, torch.Tensor]:
+        out: dict[str, torch.Tensor] = {f"concept_embedding_{i}": ce.z for i, ce in enumerate(self.concepts)}
+        for i, e in enumerate(self.encoders):
+            out |= {f"text_encoder_{i}.{n}": p for n, p in e.items()}
+        return out | {f"unet.{n}": p for n, p in self.unet.items()}
+
+
+@dataclass
+class Trained:
+    """A finished training run: the objective's result and the trained parts."""
+
+    result: dict[str, Any]
+    embeddings: dict[str, torch.Tensor]  # placeholder token -> its learned row (first encoder)
+    base: BaseModel
+    text_encoders: list[torch.nn.Module]
+    unet: torch.nn.Module
+    trainables: Trainables
+
+
 def textual_inversion(
     params: Mapping[str, Any],
     *,
     model: str = "tiny",
     data: str | None = None,
-    on_step: StepCallback | None = None,
-    on_trained: Callable[[dict[str, Any]], None] | None = None,
     health: HealthConfig | Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train concept embeddings (and what the knobs unfreeze); returns val_loss, peak_mem_mb,
     metrics, per-step history and the learned weights as diffusers-loadable files."""
+    return train(params, model=model, data=data, health=health).result
+
+
+def train(
+    params: Mapping[str, Any],
+    *,
+    model: str = "tiny",
+    data: str | None = None,
+    health: HealthConfig | Mapping[str, Any] | None = None,
+    on_step: StepCallback | None = None,
+) -> Trained:
+    """The textual-inversion run itself (`on_step(step, metrics)` after every step)."""
     cfg = resolve_params(params)
     hcfg = health if isinstance(health, HealthConfig) else HealthConfig.from_mapping(health or {})
     device = pick_device()
@@ -253,27 +311,12 @@ def textual_inversion(
     from diffusers.training_utils import cast_training_params
 
     cast_training_params([unet, *encoders], dtype=torch.float32)  # trainable weights stay fp32
-    groups = {
-        "embedding": [ce.z for ce in concept_embs],
-        "text": [p for te in encoders for p in te.parameters() if p.requires_grad],
-        "unet_lora": [p for p in unet.parameters() if p.requires_grad] if lora_unet else [],
-    }
-    counts = {k: sum(p.numel() for p in v) for k, v in groups.items()}
-    # per encoder, for tests and diagnostics that need to tell the encoders apart
-    per_encoder = [[ce.z] + [p for p in te.parameters() if p.requires_grad]
-                   for ce, te in zip(concept_embs, encoders)]
-    # gradient norms logged per step, per group: the concept codes of each encoder, each
-    # encoder's unfrozen or LoRA weights, the UNet's LoRA
-    norm_groups = {f"embedding_{i}": [ce.z] for i, ce in enumerate(concept_embs)}
-    named = {f"concept_embedding_{i}": ce.z for i, ce in enumerate(concept_embs)}
-    for i, te in enumerate(encoders):
-        own = {f"text_encoder_{i}.{n}": p for n, p in te.named_parameters() if p.requires_grad}
-        if own:
-            norm_groups[f"text_encoder_{i}"] = list(own.values())
-            named |= own
-    if groups["unet_lora"]:
-        norm_groups["unet_lora"] = groups["unet_lora"]
-        named |= {f"unet.{n}": p for n, p in unet.named_parameters() if p.requires_grad}
+    trainables = Trainables(
+        concept_embs,
+        [{n: p for n, p in te.named_parameters() if p.requires_grad} for te in encoders],
+        {n: p for n, p in unet.named_parameters() if p.requires_grad} if lora_unet else {},
+    )
+    counts = trainables.counts()
 
     first_id = concept_embs[0].first_id
 
@@ -332,12 +375,13 @@ def textual_inversion(
         # 4) AdamW: embedding lr = ratio x lr; LR warmup from diffusers.optimization
         from diffusers.optimization import get_scheduler
 
-        param_groups = optimizer_groups(groups, cfg, per_encoder=per_encoder)
+        param_groups = optimizer_groups(trainables, cfg)
         trainable = [p for g in param_groups for p in g["params"]]
         vocab_norm = float(torch.stack([
             ce.base.weight[: ce.first_id].detach().float().norm(dim=-1).mean() for ce in concept_embs
         ]).mean())
-        monitor = HealthMonitor(hcfg, norm_groups, named, lambda: [ce.rows() for ce in concept_embs],
+        monitor = HealthMonitor(hcfg, trainables.norm_groups(), trainables.named(),
+                                lambda: [ce.rows() for ce in concept_embs],
                                 vocab_norm)
         opt = torch.optim.AdamW(param_groups, weight_decay=1e-2)
         lr_sched = get_scheduler(
@@ -435,16 +479,13 @@ def textual_inversion(
             })
         final = validate(final=True)
         learned = [ce.rows().detach().float().cpu().clone() for ce in concept_embs]
-        if on_trained is not None:
-            on_trained({"text_encoders": encoders, "unet": unet, "concept_embeddings": concept_embs,
-                        "base": base, "groups": groups})
         artifacts = _exports(base, tokens, concepts.names, learned, unet if lora_unet else None,
                              encoders if lora_text else [], cfg)
         artifacts["health.json"] = health_json
     finally:
         for emb, base_tok in saved_embs:
             emb.token_embedding = base_tok
-    return {
+    result = {
         **final,
         "peak_mem_mb": peak,
         "val_loss_init": val_init,
@@ -455,18 +496,15 @@ def textual_inversion(
         "history": history,
         "tags": tags,
         "health": report,
-        "embeddings": {tok: learned[0][i] for i, tok in enumerate(flat)},
         "artifacts": artifacts,
     }
+    return Trained(result, {tok: learned[0][i] for i, tok in enumerate(flat)}, base, encoders, unet, trainables)
 
 
-def optimizer_groups(
-    groups: Mapping[str, list[torch.Tensor]], cfg: Mapping[str, Any], *, per_encoder: list[list[torch.Tensor]]
-) -> list[dict[str, Any]]:
-    """AdamW parameter groups: the concept codes at lr x embedding_lr_ratio, the rest at lr.
-    (`per_encoder` lists each text encoder's trainables, concept code first.)"""
-    out = [{"params": list(groups["embedding"]), "lr": cfg["lr"] * cfg["embedding_lr_ratio"]}]
-    others = list(groups["text"]) + list(groups["unet_lora"])
+def optimizer_groups(trainables: Trainables, cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """AdamW parameter groups: the concept codes at lr x embedding_lr_ratio, the rest at lr."""
+    out = [{"params": [ce.z for ce in trainables.concepts], "lr": cfg["lr"] * cfg["embedding_lr_ratio"]}]
+    others = [p for e in trainables.encoders for p in e.values()] + list(trainables.unet.values())
     if others:
         out.append({"params": others, "lr": cfg["lr"]})
     return out

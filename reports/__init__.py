@@ -6,30 +6,36 @@ from __future__ import annotations
 from ._analysis import (
     Coupling,
     LawFit,
+    NoiseFloor,
     coupling_analysis,
     fit_power_law,
+    front_probability,
     hypervolume,
     hypervolume_history,
+    noise_floor,
     pareto_mask,
     reference_point,
 )
 from ._report import REFERENCE_RULE, analyse, write_comparison, write_study_report
-from ._tables import MAX_MEM_ATTR, pareto_frame, trials_frame
+from ._tables import pareto_frame, trials_frame, usable
 
 __all__ = [
     "Coupling",
     "LawFit",
-    "MAX_MEM_ATTR",
+    "NoiseFloor",
     "REFERENCE_RULE",
     "analyse",
     "coupling_analysis",
     "fit_power_law",
+    "front_probability",
     "hypervolume",
     "hypervolume_history",
+    "noise_floor",
     "pareto_frame",
     "pareto_mask",
     "reference_point",
     "trials_frame",
+    "usable",
     "write_comparison",
     "write_study_report",
 ]

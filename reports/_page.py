@@ -53,6 +53,7 @@ def render_page(rep: Any, *, images: Mapping[str, Path], figure: Any, tracking_u
         f"<div class='card'>hypervolume<b>{hv}</b></div></div>",
         f"<p class='muted'>Hypervolume reference point ({esc(s['reference_point_rule'])}): [{ref}].</p>",
         f"<p>Training health: {health}.</p>" if health else "",
+        "<h2>Seed noise</h2>", "".join(f"<p>{esc(x)}</p>" for x in getattr(rep, "sentences", [])),
         "<h2>Pareto front</h2>",
         _img(images["Pareto front"], "Pareto front") if "Pareto front" in images else "",
         "<h3>Interactive</h3>",
@@ -60,8 +61,9 @@ def render_page(rep: Any, *, images: Mapping[str, Path], figure: Any, tracking_u
         "<h3>Front table</h3><div class='scroll'>",
         html_table(rep.front, tracking_uri=tracking_uri, experiment_id=experiment_id), "</div>",
         "<h2>Coupling</h2><p class='muted'>Share of val_loss variance due to each pair's interaction "
-        "(second-order functional ANOVA term on a Gaussian-process surrogate of the completed trials, "
-        "95% bootstrap interval), strongest first.</p>",
+        "(second-order functional ANOVA term on a Gaussian-process surrogate of the usable trials, "
+        "categorical knobs one-hot, 95% bootstrap interval), strongest first. For a categorical knob against "
+        "a numeric one, the numeric knob's best value per level.</p>",
         f"<ul>{couplings}</ul>",
         f"<div class='scroll'>{html_table(coupling_frame(rep.couplings))}</div>" if rep.couplings else "",
         "<h2>Fitted laws</h2>", f"<ul>{laws}</ul>",

@@ -37,27 +37,30 @@ def _save(fig: Any, ax: Any, path: Path, *, title: str, legend: int | None = 8, 
     return path
 
 
-def _split(trials: pd.DataFrame, front: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    done = trials[trials["state"] == "COMPLETE"].dropna(subset=list(OBJECTIVES))
-    # out-of-memory trials carry placeholder values: they are counted, not drawn
-    done = done[~done["reason"].astype(str).str.startswith("out of memory")]
-    dominated = done[~done["trial"].isin(front["trial"])]
-    return done, dominated
+def _sem95(rows: pd.DataFrame) -> np.ndarray | None:
+    """1.96 x each trial's sem of val_loss (its replicates', or the noise floor's), None if unmeasured."""
+    from ._analysis import trial_sems
+
+    if "val_loss_sem" not in rows.columns or not len(rows):
+        return None
+    sems = trial_sems(rows)
+    return 1.96 * sems if (sems > 0).any() else None
 
 
-def front_png(trials: pd.DataFrame, front: pd.DataFrame, path: Path, *, title: str) -> Path:
+def front_png(ok: pd.DataFrame, front: pd.DataFrame, path: Path, *, title: str, left_out: str = "") -> Path:
+    """The usable trials (dominated grey, the front labelled, 95% seed-noise bars where measured);
+    trials without a usable result are named in the caption, never drawn."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
-    done, dominated = _split(trials, front)
-    infeasible = done[~done["feasible"].astype(bool)] if "feasible" in done.columns else done.iloc[0:0]
-    feasible_dominated = dominated[~dominated["trial"].isin(infeasible["trial"])]
-    ax.scatter(feasible_dominated["peak_mem_mb"], feasible_dominated["val_loss"], c="#b0b0b0",
-               s=22, label=f"dominated ({len(feasible_dominated)})")
-    if len(infeasible):
-        ax.scatter(infeasible["peak_mem_mb"], infeasible["val_loss"], marker="x", c="#e08080",
-                   s=26, label=f"over memory budget ({len(infeasible)})")
+    dominated = ok[~ok["trial"].isin(front["trial"])]
+    ax.scatter(dominated["peak_mem_mb"], dominated["val_loss"], c="#b0b0b0",
+               s=22, label=f"dominated ({len(dominated)})")
     f = front.sort_values("peak_mem_mb")
     ax.step(f["peak_mem_mb"], f["val_loss"], where="post", c=PALETTE[1], lw=1.2, alpha=0.7)
+    err = _sem95(f)
+    if err is not None:
+        ax.errorbar(f["peak_mem_mb"], f["val_loss"], yerr=err, fmt="none", ecolor=PALETTE[1], capsize=3,
+                    lw=1, label="95% seed-noise interval")
     ax.scatter(f["peak_mem_mb"], f["val_loss"], c=PALETTE[1], s=40, zorder=3,
                label=f"Pareto front ({len(f)})")
     for _, row in f.iterrows():
@@ -65,6 +68,8 @@ def front_png(trials: pd.DataFrame, front: pd.DataFrame, path: Path, *, title: s
                     textcoords="offset points", xytext=(4, 4), fontsize=8, color=PALETTE[1])
     ax.set_xlabel("peak_mem_mb (lower is better)")
     ax.set_ylabel("val_loss (lower is better)")
+    if left_out:
+        fig.text(0.01, 0.01, left_out, fontsize=7, color="#666666")
     return _save(fig, ax, path, title=title)
 
 
@@ -92,8 +97,8 @@ def front_figure(fronts: Mapping[str, tuple[pd.DataFrame, pd.DataFrame]], params
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    for i, (name, (trials, front)) in enumerate(fronts.items()):
-        _, dominated = _split(trials, front)
+    for i, (name, (ok, front)) in enumerate(fronts.items()):
+        dominated = ok[~ok["trial"].isin(front["trial"])]
         color = PALETTE[(i + 1) % len(PALETTE)] if len(fronts) > 1 else PALETTE[1]
         suffix = f" ({name})" if len(fronts) > 1 else ""
         fig.add_trace(go.Scatter(
@@ -102,8 +107,10 @@ def front_figure(fronts: Mapping[str, tuple[pd.DataFrame, pd.DataFrame]], params
             text=[_hover(r, params) for _, r in dominated.iterrows()], hoverinfo="text",
         ))
         f = front.sort_values("peak_mem_mb")
+        err = _sem95(f)
         fig.add_trace(go.Scatter(
             x=f["peak_mem_mb"], y=f["val_loss"], mode="lines+markers+text", line={"shape": "hv", "color": color},
+            error_y=None if err is None else {"type": "data", "array": list(err), "visible": True},
             marker={"color": color, "size": 10}, name=f"Pareto front{suffix}",
             text=[f"#{int(t)}" for t in f["trial"]], textposition="top right",
             hovertext=[_hover(r, params) for _, r in f.iterrows()], hoverinfo="text",
@@ -124,9 +131,9 @@ def hv_history_png(history: pd.DataFrame, path: Path) -> Path:
 
 def pair_png(trials: pd.DataFrame, x: str, y: str, logs: Mapping[str, bool], path: Path,
              fit: LawFit | None = None) -> Path:
-    """val_loss over a pair of params: a filled contour of the trials (triangulated) under them."""
+    """val_loss over a pair of params: a filled contour of the usable trials (triangulated) under them."""
     plt = _plt()
-    ok = trials[trials["state"] == "COMPLETE"].dropna(subset=["val_loss", x, y])
+    ok = trials.dropna(subset=["val_loss", x, y])
     fig, ax = plt.subplots(figsize=(5.6, 4.4), dpi=110)
     xs, ys, zs = (ok[c].astype(float).to_numpy() for c in (x, y, "val_loss"))
     tx = np.log10(xs) if logs.get(x) and (xs > 0).all() else xs

@@ -15,8 +15,8 @@ from ._analysis import (
     OBJECTIVES,
     coupling_analysis,
     coupling_frame,
-    feasible_complete,
     fit_power_law,
+    noise_floor,
     hypervolume,
     hypervolume_history,
     reference_point,
@@ -32,7 +32,9 @@ from ._plots import (
     law_png,
     pair_png,
 )
-from ._tables import MAX_MEM_ATTR, numeric_params, pareto_frame, trials_frame, write_table
+from sweeps import _attrs as A
+
+from ._tables import NOISE_COLUMNS, categorical_params, numeric_params, pareto_frame, trials_frame, usable, write_table
 
 REFERENCE_RULE = (
     "per objective: the worst feasible COMPLETE value plus 10% of the observed range "
@@ -50,47 +52,75 @@ class StudyReport:
     laws: list[Any] = field(default_factory=list)
     hv_history: pd.DataFrame | None = None
     params: list[str] = field(default_factory=list)
+    usable: pd.DataFrame | None = None  # the trials every analysis and plot uses (reports.usable)
+    noise: Any = None
+    sentences: list[str] = field(default_factory=list)  # what the numbers say, for the page
 
 
 def analyse(study: Any, *, n_boot: int = 20) -> StudyReport:
-    """All the numbers of a report, as records (nothing drawn or written)."""
+    """All the numbers of a report, as records (nothing drawn or written). Every analysis takes
+    the usable trials from one place (`usable`)."""
     trials = trials_frame(study)
+    ok = usable(trials)
     front = pareto_frame(study, trials)
-    ok = feasible_complete(trials)
-    pts = ok[list(OBJECTIVES)].to_numpy()
+    pts = ok[list(OBJECTIVES)].to_numpy(dtype=float)
     ref = reference_point(pts) if len(pts) else None
     hv = hypervolume(pts, ref) if ref else 0.0
     numeric = numeric_params(study)
-    space = study.user_attrs.get("space") or {}
-    couplings = coupling_analysis(trials, numeric, n_boot=n_boot)
+    categorical = categorical_params(study)
+    space = study.user_attrs.get(A.SPACE) or {}
+    couplings = coupling_analysis(ok, numeric, categorical=categorical, n_boot=n_boot)
     laws = []
     for h in space.get("hypotheses", []):
         if h.get("law") == "power" and h["x"] in trials.columns and h["y"] in trials.columns:
-            laws.append(fit_power_law(trials, h["x"], h["y"]))
+            laws.append(fit_power_law(ok, h["x"], h["y"], params=numeric, categorical=categorical,
+                                      n_boot=max(n_boot, 10)))
+    noise = noise_floor(ok)
+    spread = float(ok["val_loss"].astype(float).std()) if len(ok) >= 2 else None
     counts = {k: int(v) for k, v in trials["state"].value_counts().items()}
+    outcomes = {k: int(v) for k, v in trials["outcome"].value_counts().items()}
+    sentences = [noise.sentence(spread)]
+    if noise.std is not None and len(front) >= 2:
+        unsure = front[front["p_front"] < 0.95]
+        if len(unsure):
+            sentences.append(
+                f"{len(unsure)} of the {len(front)} front trials cannot be told apart from a dominated "
+                f"trial within seed noise (p_front < 0.95: trials {', '.join(str(int(t)) for t in unsure['trial'])}).")
+        else:
+            sentences.append(f"All {len(front)} front trials stay non-dominated under seed noise (p_front >= 0.95).")
     summary = {
         "study": study.study_name,
         "directions": {"val_loss": "minimize", "peak_mem_mb": "minimize"},
         "n_trials": len(trials),
         "counts_by_state": counts,
+        "counts_by_outcome": outcomes,
         "counts_by_health": {k: int(v) for k, v in trials["health"].replace("", "unknown").value_counts().items()},
+        "n_usable": len(ok),
         "n_feasible_complete": len(ok),
-        "max_mem_mb": study.user_attrs.get(MAX_MEM_ATTR),
+        "max_mem_mb": study.user_attrs.get(A.MAX_MEM),
         "pareto_size": len(front),
         "pareto_trials": [int(t) for t in front["trial"]],
+        "best_val_loss": float(ok["val_loss"].min()) if len(ok) else None,
         "hypervolume": hv,
         "reference_point": ref,
         "reference_point_rule": REFERENCE_RULE,
-        "objective": study.user_attrs.get("objective"),
+        "objective": study.user_attrs.get(A.OBJECTIVE),
+        "noise_floor_std": noise.std,
+        "noise_floor_configs": noise.n_configs,
+        "noise_floor_dof": noise.dof,
+        "val_loss_spread_std": spread,
+        "signal_to_noise": (spread / noise.std) if spread is not None and noise.std else None,
         "strongest_coupling": (
-            {"param_a": couplings[0].param_a, "param_b": couplings[0].param_b, "strength": couplings[0].strength}
+            {"param_a": couplings[0].param_a, "param_b": couplings[0].param_b, "strength": couplings[0].strength,
+             "verdict": couplings[0].verdict()}
             if couplings else None
         ),
     }
+    extras = {"feasible", "outcome", *NOISE_COLUMNS, "health", "node_id", "reason"}
     return StudyReport(
         study.study_name, trials, front, summary, couplings, laws,
-        hypervolume_history(trials, ref) if ref else None,
-        [c for c in trials.columns[5:] if c not in ("feasible", "health", "node_id", "reason")],
+        hypervolume_history(trials, ok, ref) if ref else None,
+        [c for c in trials.columns[5:] if c not in extras], ok, noise, sentences,
     )
 
 
@@ -124,9 +154,10 @@ def write_study_report(study: Any, out_dir: Path, *, tracking_uri: str | None = 
     files["coupling.csv"], files["scaling.csv"] = out_dir / "coupling.csv", out_dir / "scaling.csv"
     (out_dir / "summary.json").write_text(json.dumps(_jsonable(rep.summary), indent=2) + "\n")
     files["summary.json"] = out_dir / "summary.json"
-    files["pareto.png"] = front_png(rep.trials, rep.front, out_dir / "pareto.png",
-                                    title=f"{rep.name}: memory vs validation loss")
-    fig = front_figure({rep.name: (rep.trials, rep.front)}, rep.params)
+    left_out = _left_out(rep)
+    files["pareto.png"] = front_png(rep.usable, rep.front, out_dir / "pareto.png",
+                                    title=f"{rep.name}: memory vs validation loss", left_out=left_out)
+    fig = front_figure({rep.name: (rep.usable, rep.front)}, rep.params)
     fig.write_html(out_dir / "pareto_front.html", include_plotlyjs=True, full_html=True)
     files["pareto_front.html"] = out_dir / "pareto_front.html"
     images: dict[str, Path] = {"Pareto front": files["pareto.png"]}
@@ -141,7 +172,7 @@ def write_study_report(study: Any, out_dir: Path, *, tracking_uri: str | None = 
     for x, y in _declared_pairs(study, numeric, rep.couplings):
         name = f"pair_{x}__{y}.png"
         files[name] = images[f"val_loss over {x} × {y}"] = pair_png(
-            rep.trials, x, y, logs, out_dir / name, fits.get((x, y)))
+            rep.usable, x, y, logs, out_dir / name, fits.get((x, y)))
         if rep.trials["health"].astype(bool).any():
             name = f"health_{x}__{y}.png"
             files[name] = images[f"Training health over {x} × {y}"] = health_png(
@@ -155,11 +186,23 @@ def write_study_report(study: Any, out_dir: Path, *, tracking_uri: str | None = 
     return files
 
 
+def _left_out(rep: StudyReport) -> str:
+    """The trials not drawn (no usable result), counted by why."""
+    rest = rep.trials[~rep.trials["trial"].isin(rep.usable["trial"])]
+    if rest.empty:
+        return ""
+    why = rest["outcome"].astype(str)
+    if "feasible" in rest.columns:
+        why = why.where(~((rest["outcome"] == "ok") & ~rest["feasible"].astype(bool)), "over memory budget")
+    counts = ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in sorted(why.value_counts().items()))
+    return f"not drawn (no usable result): {counts}"
+
+
 def write_comparison(studies: Sequence[Any], out_dir: Path) -> dict[str, Path]:
     """Overlaid fronts of several studies (csweep report A B)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    reps = {s.study_name: (trials_frame(s), None) for s in studies}
-    fronts = {name: pareto_frame(s, reps[name][0]) for name, s in zip(reps, studies)}
+    reps = {s.study_name: (usable(trials_frame(s)), None) for s in studies}
+    fronts = {name: pareto_frame(s, trials_frame(s)) for name, s in zip(reps, studies)}
     rows = [f.assign(study=name) for name, f in fronts.items()]
     table = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
     files = write_table(table, out_dir / "pareto", title="Pareto fronts: " + " vs ".join(fronts))

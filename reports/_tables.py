@@ -7,11 +7,14 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from sweeps import _attrs as A
+
 OBJECTIVES = ("val_loss", "peak_mem_mb")
-MAX_MEM_ATTR = "max_mem_mb"
 FIXED_COLUMNS = ("trial", "state", "val_loss", "peak_mem_mb", "mlflow_run_id")
+NOISE_COLUMNS = ("n_seeds", "val_loss_std", "val_loss_sem")
 
 
 def param_names(study: Any) -> list[str]:
@@ -19,6 +22,18 @@ def param_names(study: Any) -> list[str]:
     for t in study.trials:
         names += [p for p in t.distributions if p not in names]
     return names
+
+
+def categorical_params(study: Any) -> dict[str, list[Any]]:
+    """Categorical sampled params -> their choices, from the trials' own distributions."""
+    from optuna.distributions import CategoricalDistribution
+
+    out: dict[str, list[Any]] = {}
+    for t in study.trials:
+        for name, d in t.distributions.items():
+            if isinstance(d, CategoricalDistribution) and name not in out:
+                out[name] = list(d.choices)
+    return out
 
 
 def numeric_params(study: Any) -> dict[str, dict[str, Any]]:
@@ -38,52 +53,75 @@ def _constraint_values(trial: Any) -> list[float]:
     return list(c.values()) if isinstance(c, dict) else list(c)
 
 
+def _outcome(t: Any) -> str:
+    """ok | pruned | out_of_memory | failed | running (studies of older csweep versions told
+    out-of-memory trials COMPLETE with placeholder values and marked them `oom`)."""
+    if t.user_attrs.get(A.OUT_OF_MEMORY):
+        return "out_of_memory"
+    return t.user_attrs.get(A.OUTCOME) or {"COMPLETE": "ok", "PRUNED": "pruned", "FAIL": "failed"}.get(
+        t.state.name, t.state.name.lower())
+
+
 def trials_frame(study: Any) -> pd.DataFrame:
-    """One row per trial: contract columns, one column per sampled parameter, then extras."""
-    max_mem = study.user_attrs.get(MAX_MEM_ATTR)
+    """One row per trial: contract columns, one column per sampled parameter, then extras.
+    Only a trial with a usable result shows objective values (never placeholder numbers)."""
+    max_mem = study.user_attrs.get(A.MAX_MEM)
     constrained = max_mem is not None or any(t.constraints for t in study.trials)
     names = param_names(study)
-    synced = study.user_attrs.get("mlflow_run_ids_synced", {})  # runs created by `csweep sync`
+    synced = study.user_attrs.get(A.SYNCED_RUNS, {})  # runs created by `csweep sync`
+    stale = study.user_attrs.get(A.STALE, {})
     rows = []
     for t in study.trials:
-        values = t.values if t.values is not None else [math.nan, math.nan]
+        outcome = _outcome(t)
+        values = t.values if t.values is not None and outcome == "ok" else [math.nan, math.nan]
         row: dict[str, Any] = {
             "trial": t.number,
             "state": t.state.name,
             "val_loss": values[0],
             "peak_mem_mb": values[1],
-            "mlflow_run_id": t.user_attrs.get("mlflow_run_id") or synced.get(str(t.number), ""),
+            "mlflow_run_id": t.user_attrs.get(A.MLFLOW_RUN_ID) or synced.get(str(t.number), ""),
         }
         for p in names:
             row[p] = t.params.get(p)
         if constrained:
-            # Optuna's constraints (set for a memory budget and for out-of-memory trials)
             within = values[1] <= max_mem if max_mem is not None else True
-            row["feasible"] = bool(t.state.name == "COMPLETE" and within
+            row["feasible"] = bool(t.state.name == "COMPLETE" and outcome == "ok" and within
                                    and all(c <= 0 for c in _constraint_values(t)))
-        row["health"] = t.user_attrs.get("health", "")
-        row["node_id"] = t.user_attrs.get("node_id", "")
-        row["reason"] = t.user_attrs.get("fail_reason") or t.user_attrs.get("prune_reason") or ""
+        row["outcome"] = outcome
+        row["n_seeds"] = int(t.user_attrs.get(A.N_SEEDS, 1))
+        row["val_loss_std"] = t.user_attrs.get(A.VAL_LOSS_STD, math.nan)
+        row["val_loss_sem"] = t.user_attrs.get(A.VAL_LOSS_SEM, math.nan)
+        row["health"] = t.user_attrs.get(A.HEALTH, "")
+        row["node_id"] = t.user_attrs.get(A.NODE_ID, "")
+        row["reason"] = (t.user_attrs.get(A.FAIL_REASON) or t.user_attrs.get(A.PRUNE_REASON)
+                         or stale.get(str(t.number), ""))
         rows.append(row)
     columns = list(FIXED_COLUMNS) + names + (["feasible"] if constrained else [])
-    columns += ["health", "node_id", "reason"]
+    columns += ["outcome", *NOISE_COLUMNS, "health", "node_id", "reason"]
     return pd.DataFrame(rows, columns=columns)
 
 
+def usable(trials: pd.DataFrame) -> pd.DataFrame:
+    """The one definition of the trials an analysis may use: COMPLETE, a result (not out of
+    memory), within the memory budget and its constraints, finite objectives. Front,
+    hypervolume, coupling, laws, noise and every plot's points and colour scales take it
+    from here; the other trials appear in the tables only, with their state and reason."""
+    ok = trials[(trials["state"] == "COMPLETE") & (trials["outcome"] == "ok")]
+    if "feasible" in ok.columns:
+        ok = ok[ok["feasible"].astype(bool)]
+    values = ok[list(OBJECTIVES)].astype(float)
+    return ok[np.isfinite(values).all(axis=1)]
+
+
 def pareto_frame(study: Any, trials: pd.DataFrame) -> pd.DataFrame:
-    """The non-dominated COMPLETE feasible trials (Optuna's own Pareto machinery)."""
-    from optuna.study._multi_objective import _get_pareto_front_trials
+    """The non-dominated usable trials (Optuna's own Pareto routine), with `p_front`: the
+    probability that the trial is non-dominated under the measured seed noise."""
+    from ._analysis import front_probability, pareto_mask
 
-    if "feasible" in trials.columns:
-        # feasibility by the budget and the constraints, for trials told before a budget was set too
-        ok = trials[(trials["state"] == "COMPLETE") & trials["feasible"].astype(bool)]
-        from ._analysis import pareto_mask
-
-        mask = pareto_mask(ok[list(OBJECTIVES)].to_numpy())
-        front = set(ok[mask]["trial"])
-    else:
-        front = {t.number for t in _get_pareto_front_trials(study, consider_constraint=False)}
-    out = trials[trials["trial"].isin(front)]
+    ok = usable(trials)
+    mask = pareto_mask(ok[list(OBJECTIVES)].to_numpy(dtype=float))
+    out = ok[mask].copy()
+    out["p_front"] = front_probability(ok, out["trial"].tolist())
     return out.sort_values(["peak_mem_mb", "val_loss", "trial"]).reset_index(drop=True)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from collections.abc import Sequence
@@ -74,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--ray-address", help="join a running Ray cluster [start a local one]")
     run.add_argument("--sampler", choices=SAMPLERS, default="tpe")
     run.add_argument("--seed", type=int, help="sampler seed: the same seed samples the same sequence")
+    run.add_argument("--seeds", type=_positive_int("--seeds"), default=1,
+                     help="train every sampled config with K seeds; its val_loss is their mean [1]")
     run.add_argument("--model", default="tiny", help="tiny, tiny-sdxl or a local diffusers folder [tiny]")
     run.add_argument("--data", help="folder of concept images [synthetic concepts]")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
@@ -81,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--objective", help="built-in name or module:function [the space's]")
     run.add_argument("--max-mem-mb", type=_positive_float("--max-mem-mb"),
                      help="memory budget; trials above it are infeasible")
-    run.add_argument("--cpus-per-trial", type=_positive_float("--cpus-per-trial"), default=1.0)
+    run.add_argument("--cpus-per-trial", type=_positive_float("--cpus-per-trial"),
+                     help="[the CPUs shared among the trials in flight]; torch threads follow it")
     run.add_argument("--gpus-per-trial", type=_positive_float("--gpus-per-trial", zero_ok=True),
                      help="[1 when the cluster has GPUs, else 0]")
     run.add_argument("--max-retries", type=int, default=1,
@@ -100,6 +104,14 @@ def build_parser() -> argparse.ArgumentParser:
     res.add_argument("--workers", type=_positive_int("--workers"), default=1)
     res.add_argument("--ray-address")
     res.add_argument("--no-progress", action="store_true")
+
+    rf = sub.add_parser("rerun-front", help="re-train the current Pareto front's configs with K fresh seeds")
+    rf.add_argument("study")
+    common(rf)
+    rf.add_argument("--seeds", type=_positive_int("--seeds"), default=3, help="fresh seeds per config [3]")
+    rf.add_argument("--workers", type=_positive_int("--workers"), default=1)
+    rf.add_argument("--ray-address")
+    rf.add_argument("--no-progress", action="store_true")
 
     syn = sub.add_parser("sync", help="back-fill MLflow from the study's storage, idempotently")
     syn.add_argument("study")
@@ -201,10 +213,23 @@ def parse_overrides(items: Sequence[str], *, flag: str = "--set") -> dict[str, A
         if not sep or not key.strip():
             raise UsageError(f"{flag} {item!r}: must be KEY=VALUE")
         try:
-            out[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+            out[key.strip()] = parse_scalar(yaml.safe_load(raw)) if raw.strip() else ""
         except yaml.YAMLError:
             out[key.strip()] = raw
     return out
+
+
+def parse_scalar(value: Any) -> Any:
+    """YAML's reading of a value, except that numbers as people write them (`1e-4`, which
+    YAML 1.1 reads as a string) are numbers."""
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return value
+        if value.strip().lower() not in ("nan", "inf", "-inf", "+inf", "infinity", "-infinity"):
+            return number
+    return value
 
 
 def check_objective_params(space: SearchSpace, fixed: dict[str, Any], objective: Any, model: str) -> None:
@@ -233,8 +258,12 @@ def _load_space(ref: str) -> SearchSpace:
 
 
 # --- commands ----------------------------------------------------------------------------
-def cmd_run(a: argparse.Namespace) -> int:
-    from objectives import check_data_dir, check_plugin_importable, get_objective
+def run_config(a: argparse.Namespace) -> Any:
+    """Every `run` option, checked, as the run's settings record (sweeps._settings.RunConfig);
+    nothing written."""
+    from objectives import HealthConfig, check_data_dir, check_plugin_importable, get_objective
+
+    from ._settings import RunConfig
 
     space = _load_space(a.space)
     objective_name = a.objective or space.objective or DEFAULT_OBJECTIVE
@@ -242,7 +271,8 @@ def cmd_run(a: argparse.Namespace) -> int:
         objective = get_objective(objective_name)
     except ValueError as exc:
         raise UsageError(f"--objective: {exc}") from None
-    sys.path.insert(0, os.getcwd())
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     err = check_plugin_importable(objective)
     if err:
         raise UsageError(err)
@@ -255,8 +285,6 @@ def cmd_run(a: argparse.Namespace) -> int:
     health = parse_overrides(a.health, flag="--health")
     if a.no_early_stop:
         health["early_stop"] = False
-    from objectives import HealthConfig
-
     try:
         HealthConfig.from_mapping(health)
     except ValueError as exc:
@@ -279,39 +307,44 @@ def cmd_run(a: argparse.Namespace) -> int:
         check_storage_url(storage)
     tracking = a.tracking_uri or default_tracking(workdir)
     check_tracking_uri(tracking)
-    study_name = a.study or space.name
-
-    from ._runner import RunConfig, run_sweep
-    from ._study import StudyMismatch, existing_directions, make_storage
-
-    workdir.mkdir(parents=True, exist_ok=True)
-    if a.storage:
-        try:
-            dirs = existing_directions(make_storage(storage), study_name)
-        except Exception as exc:  # noqa: BLE001 - an unreachable database is bad input
-            raise UsageError(f"--storage {_redacted(storage)}: cannot connect ({exc.__class__.__name__})") from None
-        if dirs is not None and dirs != ["minimize", "minimize"]:
-            raise UsageError(str(StudyMismatch(f"study {study_name!r} exists with directions {dirs}; "
-                                               "csweep studies minimize [val_loss, peak_mem_mb]")))
-    cfg = RunConfig(
-        space=space, study_name=study_name, trials=a.trials or space.trials or DEFAULT_TRIALS,
+    return RunConfig(
+        space=space, study_name=a.study or space.name, trials=a.trials or space.trials or DEFAULT_TRIALS,
         workers=a.workers, workdir=workdir, storage=storage, tracking_uri=tracking,
         objective=objective_name, builtin=objective.builtin, fixed=fixed, model=a.model,
-        data=str(Path(a.data).resolve()) if a.data else None, sampler=a.sampler, seed=a.seed,
+        data=str(Path(a.data).resolve()) if a.data else None, sampler=a.sampler, seed=a.seed, seeds=a.seeds,
         ray_address=a.ray_address, cpus_per_trial=a.cpus_per_trial, gpus_per_trial=a.gpus_per_trial,
         max_mem_mb=a.max_mem_mb, health=health, progress=not a.no_progress,
         max_retries=a.max_retries, max_fail_share=a.max_fail_share,
         artifact_root=artifact_root_for(tracking, workdir),
     )
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    cfg = run_config(a)
+    from ._runner import run_sweep
+    from ._study import DIRECTIONS, StudyMismatch, existing_directions, make_storage
+
+    if a.storage:
+        try:
+            dirs = existing_directions(make_storage(cfg.storage), cfg.study_name)
+        except Exception as exc:  # noqa: BLE001 - an unreachable database is bad input
+            raise UsageError(f"--storage {_redacted(cfg.storage)}: cannot connect ({exc.__class__.__name__})") from None
+        if dirs is not None and dirs != list(DIRECTIONS):
+            raise UsageError(f"study {cfg.study_name!r} exists with directions {dirs}; "
+                             "csweep studies minimize [val_loss, peak_mem_mb]")
+    cfg.workdir.mkdir(parents=True, exist_ok=True)
     try:
         out = run_sweep(cfg)
     except StudyMismatch as exc:
         raise UsageError(str(exc)) from None
-    return _finish(out, workdir, a.tracking_uri, tracking)
+    return _finish(out, cfg.workdir, a.tracking_uri, cfg.tracking_uri)
 
 
 def _finish(out: Any, workdir: Path, tracking_given: str | None, tracking: str) -> int:
-    print(f"study {out.study_name}: {out.completed} completed, {out.failed} failed, {out.pruned} pruned"
+    this_run = f"{out.completed} completed, {out.failed} failed, {out.pruned} pruned"
+    if out.out_of_memory:
+        this_run += f", {out.out_of_memory} out of memory"
+    print(f"study {out.study_name}: this run {this_run}; the study holds {out.study_trials} trials"
           + (" (interrupted: `csweep resume " + out.study_name + "` continues)" if out.interrupted else ""))
     print(f"reports: {out.report_dir}")
     print(f"MLflow:  csweep ui --workdir {workdir}" if tracking_given is None
@@ -322,72 +355,107 @@ def _finish(out: Any, workdir: Path, tracking_given: str | None, tracking: str) 
     return 130 if out.interrupted else 0
 
 
-def _open_existing(a: argparse.Namespace) -> tuple[Path, str, Any]:
+def _open_existing(a: argparse.Namespace, name: str | None = None) -> tuple[Path, str, Any]:
     """Workdir, storage URL and the loaded study of `report`/`resume`/`sync`; exit 2 if absent."""
+    name = name or a.study
     workdir = Path(a.workdir).expanduser()
     storage = a.storage or default_storage(workdir)
     if a.storage:
         check_storage_url(storage)
     elif not (workdir / "optuna.db").is_file():
-        raise UsageError(f"study {a.study!r}: no storage at {workdir / 'optuna.db'} (wrong --workdir?)")
+        raise UsageError(f"study {name!r}: no storage at {workdir / 'optuna.db'} (wrong --workdir?)")
     from ._study import existing_directions, make_storage
 
     st = make_storage(storage)
-    if existing_directions(st, a.study) is None:
-        raise UsageError(f"study {a.study!r}: not in storage {_redacted(storage)}")
+    if existing_directions(st, name) is None:
+        raise UsageError(f"study {name!r}: not in storage {_redacted(storage)}")
     import optuna
 
-    from ._runner import _quiet
+    from ._runner import quiet
 
-    _quiet()
-    return workdir, storage, optuna.load_study(study_name=a.study, storage=st)
+    quiet()
+    return workdir, storage, optuna.load_study(study_name=name, storage=st)
+
+
+def _tracking_of(a: argparse.Namespace, study: Any, workdir: Path) -> str:
+    """--tracking-uri, else the one the study's run used (when it held no password), else the default."""
+    from . import _attrs as A
+
+    if a.tracking_uri:
+        return a.tracking_uri
+    stored = study.user_attrs.get(A.SETTINGS, {}).get("tracking_uri") or ""
+    return stored if stored and "***" not in stored else default_tracking(workdir)
+
+
+def _stored_config(a: argparse.Namespace, study: Any, workdir: Path, storage: str, **per_invocation: Any) -> Any:
+    """The study's run settings, for another run on it (resume, rerun-front)."""
+    from . import _attrs as A
+    from ._settings import RunConfig
+
+    stored = study.user_attrs.get(A.SETTINGS)
+    if not stored or A.SPACE not in study.user_attrs:
+        raise UsageError(f"study {a.study!r}: was not started by csweep run (no stored spec to run again)")
+    if a.ray_address:
+        check_ray_address(a.ray_address)
+    tracking = _tracking_of(a, study, workdir)
+    stored = {"space": study.user_attrs[A.SPACE], **stored, "tracking_uri": tracking}
+    return RunConfig.from_stored(
+        stored, source=f"<study {a.study}>", study_name=a.study, workers=a.workers, workdir=workdir,
+        storage=storage, ray_address=a.ray_address, progress=not a.no_progress,
+        artifact_root=artifact_root_for(tracking, workdir), **per_invocation)
 
 
 def cmd_resume(a: argparse.Namespace) -> int:
-    from search_spaces import parse_space
-
-    from ._runner import RUN_ATTR, RunConfig, prepare_resume, run_sweep, write_study_reports
-    from ._tracking import PARENT_RUN_ATTR, Tracker
+    from . import _attrs as A
+    from ._runner import prepare_resume, run_sweep, write_study_reports
+    from ._tracking import SafeTracker
 
     workdir, storage, study = _open_existing(a)
-    stored = study.user_attrs.get(RUN_ATTR)
-    if not stored or "space" not in study.user_attrs:
-        raise UsageError(f"study {a.study!r}: was not started by csweep run (no stored spec to resume)")
-    if a.ray_address:
-        check_ray_address(a.ray_address)
-    space = parse_space(study.user_attrs["space"], source=f"<study {a.study}>")
-    tracking = a.tracking_uri or default_tracking(workdir)
-    artifact_root = artifact_root_for(tracking, workdir)
-    tracker = None
-    if study.user_attrs.get(PARENT_RUN_ATTR):
-        try:
-            tracker = Tracker(tracking, a.study, artifact_root=artifact_root)
-        except Exception:  # noqa: BLE001 - MLflow down: the stale runs are closed by `csweep sync`
-            tracker = None
-    redo, remaining = prepare_resume(study, tracker)
+    probe = _stored_config(a, study, workdir, storage, trials=1)
+    mlflow = None
+    if study.user_attrs.get(A.PARENT_RUN):
+        mlflow = SafeTracker(probe.tracking_uri, a.study, artifact_root=probe.artifact_root)
+    redo, remaining = prepare_resume(study, mlflow)
     if remaining == 0:
-        out = write_study_reports(study, workdir, tracker, study.user_attrs.get(PARENT_RUN_ATTR))
+        out = write_study_reports(study, workdir, mlflow, study.user_attrs.get(A.PARENT_RUN))
         print(f"study {a.study}: nothing left to run ({len(study.trials)} trials); reports: {out}")
         return 0
-    cfg = RunConfig(
-        space=space, study_name=a.study, trials=remaining, workers=a.workers, workdir=workdir,
-        storage=storage, tracking_uri=tracking, objective=stored["objective"], builtin=stored["builtin"],
-        fixed=stored["fixed"], model=stored["model"], data=stored["data"], sampler=stored["sampler"],
-        seed=stored["seed"], ray_address=a.ray_address, cpus_per_trial=stored["cpus_per_trial"],
-        gpus_per_trial=stored["gpus_per_trial"], max_mem_mb=stored["max_mem_mb"], health=stored["health"],
-        max_retries=stored["max_retries"], max_fail_share=stored["max_fail_share"],
-        progress=not a.no_progress, artifact_root=artifact_root, enqueue=redo,
-    )
+    cfg = _stored_config(a, study, workdir, storage, trials=remaining, enqueue=redo)
     print(f"study {a.study}: resuming {remaining} trial(s), {len(redo)} of them re-runs of unfinished ones",
           file=sys.stderr)
-    return _finish(run_sweep(cfg), workdir, a.tracking_uri, tracking)
+    return _finish(run_sweep(cfg), workdir, a.tracking_uri, cfg.tracking_uri)
+
+
+def cmd_rerun_front(a: argparse.Namespace) -> int:
+    """The current front's configs again, each with K seeds none of its trials used."""
+    workdir, storage, study = _open_existing(a)
+    from reports import trials_frame, pareto_frame
+
+    from . import _attrs as A
+    from ._runner import run_sweep
+
+    front = pareto_frame(study, trials_frame(study))
+    if front.empty:
+        raise UsageError(f"study {a.study!r}: its Pareto front is empty (no usable COMPLETE trial to re-train)")
+    by_number = {t.number: t for t in study.trials}
+    configs = [dict(by_number[int(n)].params) for n in front["trial"]]
+    used = [s for t in study.trials for s in t.user_attrs.get(A.SEEDS, [])]
+    base = int(study.user_attrs.get(A.SETTINGS, {}).get("fixed", {}).get("seed", 0) or 0)
+    offset = (max(used) - base + 1) if used else 1
+    cfg = _stored_config(a, study, workdir, storage, trials=len(configs), enqueue=configs,
+                         seed_offset=max(1, offset))
+    cfg = dataclasses.replace(cfg, seeds=a.seeds)
+    print(f"study {a.study}: re-training {len(configs)} front config(s) (trials "
+          f"{', '.join(str(int(n)) for n in front['trial'])}) with {a.seeds} fresh seed(s) each", file=sys.stderr)
+    study.set_user_attr(A.TARGET_TRIALS, int(study.user_attrs.get(A.TARGET_TRIALS, 0)) + len(configs))
+    return _finish(run_sweep(cfg), workdir, a.tracking_uri, cfg.tracking_uri)
 
 
 def cmd_sync(a: argparse.Namespace) -> int:
     from ._sync import sync_study
 
     workdir, _, study = _open_existing(a)
-    tracking = a.tracking_uri or default_tracking(workdir)
+    tracking = _tracking_of(a, study, workdir)
     artifact_root = artifact_root_for(tracking, workdir)
     try:
         created, filled, already = sync_study(study, workdir, tracking, artifact_root=artifact_root)
@@ -409,24 +477,20 @@ def _redacted(uri: str) -> str:
 
 def cmd_report(a: argparse.Namespace) -> int:
     workdir, storage, study = _open_existing(a)
-    from ._study import existing_directions, make_storage
-
-    st = make_storage(storage)
-    for name in a.others:
-        if existing_directions(st, name) is None:
-            raise UsageError(f"study {name!r}: not in storage {_redacted(storage)}")
-    import optuna
-
+    studies = [study] + [_open_existing(a, name)[2] for name in a.others]
+    from . import _attrs as A
     from ._runner import write_study_reports
-    from ._tracking import PARENT_RUN_ATTR, Tracker
+    from ._tracking import SafeTracker
 
-    tracking = a.tracking_uri or default_tracking(workdir)
-    studies = [study] + [optuna.load_study(study_name=n, storage=st) for n in a.others]
     for s in studies:
-        parent = s.user_attrs.get(PARENT_RUN_ATTR)
-        tracker = Tracker(tracking, s.study_name, artifact_root=artifact_root_for(tracking, workdir)) if parent else None
-        out = write_study_reports(s, workdir, tracker, parent)
+        parent = s.user_attrs.get(A.PARENT_RUN)
+        tracking = _tracking_of(a, s, workdir)
+        mlflow = SafeTracker(tracking, s.study_name, artifact_root=artifact_root_for(tracking, workdir)) if parent else None
+        out = write_study_reports(s, workdir, mlflow, parent)
         print(f"reports: {out}")
+        if mlflow is not None and mlflow.error:
+            print(f"csweep: MLflow at {_redacted(tracking)} was not updated ({mlflow.error}); "
+                  "the local reports are written", file=sys.stderr)
     if len(studies) > 1:
         from reports import write_comparison
 
@@ -469,7 +533,8 @@ def cmd_export_model(a: argparse.Namespace) -> int:
 
 
 COMMANDS = {
-    "run": cmd_run, "report": cmd_report, "resume": cmd_resume, "sync": cmd_sync, "spaces": cmd_spaces,
+    "run": cmd_run, "report": cmd_report, "resume": cmd_resume, "rerun-front": cmd_rerun_front,
+    "sync": cmd_sync, "spaces": cmd_spaces,
     "ui": cmd_ui, "export-model": cmd_export_model,
 }
 

@@ -55,12 +55,11 @@ def _init(uri: str, experiment: str, artifact_root: str | None, pending: str) ->
 
 
 def _start(parent: str, study: str, number: int, params: Mapping[str, Any]) -> str:
-    return _state["safe"].call("start_trial", parent, study, number, params) or ""
+    return _state["safe"].start_trial(parent, study, number, params)
 
 
 def _finish(number: int, run_id: str, status: str, record: Mapping[str, Any]) -> None:
-    ok = bool(run_id) and _state["safe"].call("finish_trial", run_id, status=status, **record) is not None
-    if not ok:
+    if not _state["safe"].finish_trial(run_id, status=status, **record):
         write_pending(_state["pending"], number, status, run_id, record)
 
 
@@ -70,6 +69,23 @@ def _error() -> str:
 
 def _ready() -> bool:
     return True
+
+
+class PendingLog:
+    """The trial log when MLflow cannot be reached at the start: every record goes to
+    WORKDIR/pending_mlflow/ for `csweep sync`."""
+
+    def __init__(self, pending: Path) -> None:
+        self.pending = pending
+
+    def start_trial(self, number: int, params: Mapping[str, Any]) -> Future:
+        return done_future("")
+
+    def finish_trial(self, number: int, run_id: str, status: str, **record: Any) -> None:
+        write_pending(self.pending, number, status, run_id, record)
+
+    def close(self) -> str:
+        return ""
 
 
 class MlflowLane:

@@ -7,11 +7,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from . import _attrs as A
 from ._lane import PENDING_DIR
-from ._runner import RUN_ATTR
 from ._tracking import Tracker
 
-SYNCED_ATTR = "mlflow_run_ids_synced"
 _STATUS = {"COMPLETE": "FINISHED", "FAIL": "FAILED", "PRUNED": "KILLED"}
 
 
@@ -19,19 +18,19 @@ def sync_study(study: Any, workdir: Path, tracking_uri: str, *, artifact_root: P
     """Every finished trial gets exactly one MLflow run holding what the storage (and any record
     kept while MLflow was unreachable) knows. Returns (created, back-filled, already there)."""
     tracker = Tracker(tracking_uri, study.study_name, artifact_root=artifact_root)
-    parent = tracker.attach_parent(study, params={"space": study.user_attrs.get("space", {}).get("name", ""),
-                                                  "objective": study.user_attrs.get("objective", "")})
-    study.set_user_attr("mlflow_experiment_id", tracker.experiment_id)
+    parent = tracker.attach_parent(study, params={"space": study.user_attrs.get(A.SPACE, {}).get("name", ""),
+                                                  "objective": study.user_attrs.get(A.OBJECTIVE, "")})
+    study.set_user_attr(A.EXPERIMENT_ID, tracker.experiment_id)
     pending_dir = workdir / PENDING_DIR / study.study_name
     created = filled = already = 0
     # a finished trial cannot take new user attrs: runs created here are recorded on the study
-    synced: dict[str, str] = dict(study.user_attrs.get(SYNCED_ATTR, {}))
+    synced: dict[str, str] = dict(study.user_attrs.get(A.SYNCED_RUNS, {}))
     for t in study.trials:
         if t.state.name == "RUNNING" or t.state.name == "WAITING":
             continue
         record_path = pending_dir / f"trial-{t.number}.json"
         record = json.loads(record_path.read_text()) if record_path.is_file() else None
-        run_id = t.user_attrs.get("mlflow_run_id") or synced.get(str(t.number))
+        run_id = t.user_attrs.get(A.MLFLOW_RUN_ID) or synced.get(str(t.number))
         exists = False
         if run_id:
             try:
@@ -42,11 +41,11 @@ def sync_study(study: Any, workdir: Path, tracking_uri: str, *, artifact_root: P
             already += 1
             continue
         if not exists:
-            fixed = study.user_attrs.get(RUN_ATTR, {}).get("fixed", {})
+            fixed = study.user_attrs.get(A.SETTINGS, {}).get("fixed", {})
             params = {**fixed, **t.params}
             run_id = tracker.start_trial(parent, study.study_name, t.number, params)
             synced[str(t.number)] = run_id
-            study.set_user_attr(SYNCED_ATTR, synced)
+            study.set_user_attr(A.SYNCED_RUNS, synced)
             created += 1
         else:
             filled += 1
@@ -65,7 +64,8 @@ def sync_study(study: Any, workdir: Path, tracking_uri: str, *, artifact_root: P
             metrics = {}
             if t.values is not None:
                 metrics = {"val_loss": t.values[0], "peak_mem_mb": t.values[1]}
-            reason = t.user_attrs.get("fail_reason") or t.user_attrs.get("prune_reason") or ""
+            reason = (t.user_attrs.get(A.FAIL_REASON) or t.user_attrs.get(A.PRUNE_REASON)
+                      or study.user_attrs.get(A.STALE, {}).get(str(t.number), ""))
             tags = {"optuna.state": t.state.name, **({"fail_reason": reason} if reason else {})}
             tracker.finish_trial(run_id, status=status, metrics=metrics, tags=tags)
     tracker.end_parent(parent)

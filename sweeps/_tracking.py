@@ -9,7 +9,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-PARENT_RUN_ATTR = "mlflow_parent_run_id"
+from ._attrs import PARENT_RUN as PARENT_RUN_ATTR
+
+# MLflow 3 opens an experiment in its GenAI (traces) view unless it says it holds training runs
+EXPERIMENT_KIND_TAG = ("mlflow.experimentKind", "custom_model_development")
 
 
 def redact(uri: str) -> str:
@@ -46,7 +49,8 @@ class Tracker:
         if exp is None:
             location = (artifact_root / experiment).resolve().as_uri() if artifact_root else None
             try:
-                self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
+                self.experiment_id = self.client.create_experiment(
+                    experiment, artifact_location=location, tags=dict([EXPERIMENT_KIND_TAG]))
             except Exception:  # noqa: BLE001 - another driver created it a moment ago
                 exp = self.client.get_experiment_by_name(experiment)
                 if exp is None:
@@ -54,40 +58,42 @@ class Tracker:
                 self.experiment_id = exp.experiment_id
         else:
             self.experiment_id = exp.experiment_id
+            if exp.tags.get(EXPERIMENT_KIND_TAG[0]) is None:
+                self.client.set_experiment_tag(self.experiment_id, *EXPERIMENT_KIND_TAG)
 
     # --- the study's parent run -------------------------------------------------------
-    def attach_parent(self, study: Any, *, params: Mapping[str, Any]) -> str:
-        """Reattach to the run id kept on the study, or create the parent run once — also when
-        two drivers start on the same study at the same moment (the study attr decides)."""
-        import time
-
+    def attach_parent(self, study: Any, *, params: Mapping[str, Any], description: str = "") -> str:
+        """Reattach to the run id kept on the study, or create the parent run once. Two drivers
+        starting on one study at the same moment both create one; the earliest-started parent
+        run of the study wins and the other driver deletes its own."""
         run_id = study.user_attrs.get(PARENT_RUN_ATTR)
-        if run_id and self._reattach(run_id):
+        if run_id and self._reattach(run_id, description):
             return run_id
-        name = study.study_name.replace("'", "\\'")
+        found = self._parents(study.study_name)
+        if found and self._reattach(found[0], description):
+            study.set_user_attr(PARENT_RUN_ATTR, found[0])
+            return found[0]
+        tags = {"csweep.role": "study", "optuna.study_name": study.study_name}
+        if description:
+            tags["mlflow.note.content"] = description
+        mine = self.client.create_run(self.experiment_id, run_name=study.study_name, tags=tags).info.run_id
+        self._log_params(mine, params)
+        winner = self._parents(study.study_name)[0]
+        if winner != mine:
+            self.client.delete_run(mine)
+        study.set_user_attr(PARENT_RUN_ATTR, winner)
+        return winner
+
+    def _parents(self, study_name: str) -> list[str]:
+        name = study_name.replace("'", "\\'")
         found = self.client.search_runs(
             [self.experiment_id],
             filter_string=f"tags.`csweep.role` = 'study' and tags.`optuna.study_name` = '{name}'",
-            order_by=["attributes.start_time ASC"], max_results=1,
+            order_by=["attributes.start_time ASC", "attributes.run_id ASC"], max_results=50,
         )
-        if found and self._reattach(found[0].info.run_id):
-            study.set_user_attr(PARENT_RUN_ATTR, found[0].info.run_id)
-            return found[0].info.run_id
-        run = self.client.create_run(
-            self.experiment_id, run_name=study.study_name,
-            tags={"csweep.role": "study", "optuna.study_name": study.study_name},
-        )
-        mine = run.info.run_id
-        self._log_params(mine, params)
-        study.set_user_attr(PARENT_RUN_ATTR, mine)
-        time.sleep(1.0)  # a driver racing us writes its own id within this window; the last write wins
-        winner = study.user_attrs.get(PARENT_RUN_ATTR)
-        if winner != mine:
-            self.client.delete_run(mine)
-            return winner
-        return mine
+        return [r.info.run_id for r in found]
 
-    def _reattach(self, run_id: str) -> bool:
+    def _reattach(self, run_id: str, description: str = "") -> bool:
         try:
             run = self.client.get_run(run_id)
         except Exception:  # noqa: BLE001 - a parent lost from tracking is recreated
@@ -95,9 +101,19 @@ class Tracker:
         if run.info.lifecycle_stage != "active":
             return False
         self.client.update_run(run_id, status="RUNNING")
+        if description:
+            self.client.set_tag(run_id, "mlflow.note.content", description)
         return True
 
-    def end_parent(self, run_id: str, status: str = "FINISHED") -> None:
+    def end_parent(self, run_id: str, status: str = "FINISHED", metrics: Mapping[str, float] = {}) -> None:
+        from mlflow.entities import Metric
+
+        import time
+
+        now = int(time.time() * 1000)
+        rows = [Metric(k, float(v), now, 0) for k, v in metrics.items() if _finite(v)]
+        if rows:
+            self.client.log_batch(run_id, metrics=rows)
         self.client.set_terminated(run_id, status=status)
 
     # --- one child run per trial -------------------------------------------------------
@@ -165,27 +181,110 @@ class Tracker:
 
 
 class SafeTracker:
-    """Tracker calls that never take the sweep down: a failure marks MLflow as unreachable
-    (`error` says why) and the call returns None."""
+    """The one way csweep lives with an MLflow it may not reach: every method is a Tracker
+    method that never raises. The first failure is kept in `error` (the sweep goes on; Optuna's
+    storage is the source of truth and `csweep sync` back-fills MLflow later) and the method
+    returns its fallback."""
 
     def __init__(self, uri: str, experiment: str, *, artifact_root: Path | None = None) -> None:
         from ._study import retry_on_race
 
+        self.uri = uri
         self.tracker: Tracker | None = None
         self.error = ""
         try:
             self.tracker = retry_on_race(lambda: Tracker(uri, experiment, artifact_root=artifact_root))
         except Exception as exc:  # noqa: BLE001 - MLflow down must not stop the sweep
-            self.error = f"{exc.__class__.__name__}: {exc}"
+            self._failed(exc)
 
-    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+    @property
+    def reachable(self) -> bool:
+        return self.tracker is not None and not self.error
+
+    @property
+    def experiment_id(self) -> str | None:
+        return self.tracker.experiment_id if self.tracker is not None else None
+
+    def _failed(self, exc: Exception) -> None:
+        self.error = self.error or f"{exc.__class__.__name__}: {str(exc)[:300]}"
+
+    def attach_parent(self, study: Any, *, params: Mapping[str, Any], description: str = "") -> str:
         if self.tracker is None:
-            return None
+            return ""
         try:
-            return getattr(self.tracker, method)(*args, **kwargs)
+            return self.tracker.attach_parent(study, params=params, description=description)
         except Exception as exc:  # noqa: BLE001
-            self.error = f"{exc.__class__.__name__}: {str(exc)[:300]}"
-            return None
+            self._failed(exc)
+            return ""
+
+    def end_parent(self, run_id: str, status: str = "FINISHED", metrics: Mapping[str, float] = {}) -> bool:
+        if self.tracker is None or not run_id:
+            return False
+        try:
+            self.tracker.end_parent(run_id, status, metrics)
+            return True
+        except Exception as exc:  # noqa: BLE001
+            self._failed(exc)
+            return False
+
+    def start_trial(self, parent_id: str, study_name: str, number: int, params: Mapping[str, Any]) -> str:
+        if self.tracker is None:
+            return ""
+        try:
+            return self.tracker.start_trial(parent_id, study_name, number, params)
+        except Exception as exc:  # noqa: BLE001
+            self._failed(exc)
+            return ""
+
+    def finish_trial(self, run_id: str, **record: Any) -> bool:
+        if self.tracker is None or not run_id:
+            return False
+        try:
+            self.tracker.finish_trial(run_id, **record)
+            return True
+        except Exception as exc:  # noqa: BLE001
+            self._failed(exc)
+            return False
+
+    def log_files(self, run_id: str, directory: Path, artifact_path: str) -> bool:
+        if self.tracker is None or not run_id:
+            return False
+        try:
+            self.tracker.log_files(run_id, directory, artifact_path)
+            return True
+        except Exception as exc:  # noqa: BLE001
+            self._failed(exc)
+            return False
+
+    def end_stale(self, run_id: str, reason: str) -> bool:
+        """End the run of a trial whose driver stopped (a run MLflow never saw is fine)."""
+        if self.tracker is None or not run_id:
+            return False
+        try:
+            self.tracker.client.set_terminated(run_id, status="FAILED")
+            self.tracker.client.set_tag(run_id, "fail_reason", reason)
+            return True
+        except Exception:  # noqa: BLE001
+            return False
+
+    def find_trial_run(self, parent: str, number: int) -> str:
+        """The run of trial `number` under `parent`, found by its tags ("" when none)."""
+        if self.tracker is None or not parent:
+            return ""
+        try:
+            runs = self.tracker.client.search_runs(
+                [self.tracker.experiment_id], max_results=1,
+                filter_string=f"tags.`mlflow.parentRunId` = '{parent}' and tags.`optuna.trial_number` = '{number}'")
+        except Exception:  # noqa: BLE001
+            return ""
+        return runs[0].info.run_id if runs else ""
+
+    def unreachable_line(self, study_name: str) -> str:
+        """The one line a command prints when MLflow could not be updated ("" when it was)."""
+        if not self.error:
+            return ""
+        return (f"csweep: MLflow at {redact(self.uri)} was not updated ({self.error}); results are in the "
+                f"Optuna storage, `csweep sync {study_name}` back-fills MLflow once it is reachable")
 
 
 def _param_str(v: Any) -> str:

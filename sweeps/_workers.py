@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import time
 import traceback
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from collections.abc import Mapping
 from typing import Any
 
-REQUIRED = ("val_loss", "peak_mem_mb")
-
+from ._result import Kind, TrialResult, normalize
 
 def _node_id() -> str:
     try:
@@ -23,72 +21,50 @@ def _node_id() -> str:
         return "local"
 
 
-def normalize_result(raw: Any) -> dict[str, Any]:
-    """Split an objective's return value into metrics / history / tags / artifacts.
+def resolved_config(objective: str, builtin: bool, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The trial's full config: for a built-in objective every parameter with its default."""
+    if builtin:
+        from objectives import resolve_params
 
-    Raises ValueError when it is not a mapping with finite val_loss and peak_mem_mb.
-    """
-    if not isinstance(raw, Mapping):
-        raise ValueError(f"objective returned {type(raw).__name__}, expected a mapping")
-    metrics: dict[str, float] = {}
-    for key, value in raw.items():
-        if key in ("history", "tags", "embeddings", "artifacts", "health"):
-            continue
-        try:
-            metrics[str(key)] = float(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"objective returned non-numeric {key}={value!r}") from None
-    for key in REQUIRED:
-        if key not in metrics:
-            raise ValueError(f"objective result lacks {key!r} (got {sorted(metrics)})")
-        if not math.isfinite(metrics[key]):
-            raise ValueError(f"objective returned non-finite {key}={metrics[key]}")
-    artifacts = {str(k): bytes(v) for k, v in dict(raw.get("artifacts", {})).items()}
-    return {
-        "metrics": metrics,
-        "history": {k: [float(x) for x in v] for k, v in dict(raw.get("history", {})).items()},
-        "tags": {k: str(v) for k, v in dict(raw.get("tags", {})).items()},
-        "artifacts": artifacts,
-    }
+        return resolve_params(params)
+    return dict(params)
 
 
 def run_trial(
     objective: str, builtin: bool, params: Mapping[str, Any], *, model: str, data: str | None,
     health: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Run one trial in this process; never raises (a failure or a stop is a result)."""
-    import importlib
-
+) -> TrialResult:
+    """Run one trial (one seed replicate) in this process; never raises: a failure, an
+    out-of-memory error or a stop is a result."""
     import optuna
 
-    from objectives import TrialStopped
+    from objectives import TrialStopped, get_objective
 
     started = time.perf_counter()
+    config: dict[str, Any] = dict(params)
     try:
-        module, _, func = objective.partition(":")
-        fn = getattr(importlib.import_module(module), func)
-        if builtin:
-            raw = fn(dict(params), model=model, data=data, health=dict(health or {}))
-        else:
-            raw = fn(dict(params))
-        out = {"ok": True, **normalize_result(raw)}
+        config = resolved_config(objective, builtin, params)
+        fn = get_objective(objective).load()
+        raw = fn(dict(params), model=model, data=data, health=dict(health or {})) if builtin else fn(dict(params))
+        out = TrialResult(Kind.OK, **normalize(raw))
     except (optuna.TrialPruned, TrialStopped) as exc:
         partial = getattr(exc, "partial", {}) or {}
-        out = {
-            "ok": False, "pruned": True, "error": str(exc) or "pruned by the objective",
-            "metrics": {k: float(v) for k, v in partial.get("metrics", {}).items()},
-            "history": partial.get("history", {}), "tags": partial.get("tags", {}),
-            "artifacts": partial.get("artifacts", {}),
-        }
+        out = TrialResult(
+            Kind.PRUNED, reason=str(exc) or "pruned by the objective",
+            metrics={k: float(v) for k, v in partial.get("metrics", {}).items()},
+            history=dict(partial.get("history", {})), tags=dict(partial.get("tags", {})),
+            artifacts=dict(partial.get("artifacts", {})),
+        )
     except Exception as exc:  # noqa: BLE001 - any failure of a trial is recorded, not raised
         if exc.__class__.__name__ == "OutOfMemoryError":
             _release_memory()
-            out = {"ok": False, "oom": True, "error": f"{exc.__class__.__name__}: {str(exc)[:500]}"}
+            out = TrialResult(Kind.OUT_OF_MEMORY, reason=f"{exc.__class__.__name__}: {str(exc)[:500]}")
         else:
-            out = {"ok": False, "error": f"{exc.__class__.__name__}: {exc}"[:2000],
-                   "traceback": traceback.format_exc()[-4000:]}
-    out["node_id"] = _node_id()
-    out["seconds"] = time.perf_counter() - started
+            out = TrialResult.failed(f"{exc.__class__.__name__}: {exc}"[:2000],
+                                     traceback=traceback.format_exc()[-4000:])
+    out.config = config
+    out.node = _node_id()
+    out.seconds = time.perf_counter() - started
     return out
 
 
@@ -103,25 +79,72 @@ def _release_memory() -> None:
 
 
 class TrialWorker:
-    """One per in-flight trial; the base model is built on first use and then reused."""
+    """One per in-flight trial; the base model is built on first use and then reused. Its torch
+    threads match the CPUs Ray gave it."""
 
     def __init__(self, objective: str, builtin: bool, model: str, data: Any,
-                 health: Mapping[str, Any] | None = None) -> None:
+                 health: Mapping[str, Any] | None = None, threads: int = 1) -> None:
         self.objective, self.builtin, self.model = objective, builtin, model
         self.data = data if data is None or isinstance(data, str) else unpack_folder(data)
         self.health = dict(health or {})
-        self.trials_run = 0
+        self.threads = max(1, int(threads))
+        self._threads_set = False
 
-    def ping(self) -> dict[str, Any]:
-        return {"node_id": _node_id(), "pid": os.getpid(), "trials_run": self.trials_run}
+    def run(self, params: Mapping[str, Any]) -> TrialResult:
+        if self.builtin and not self._threads_set:
+            import torch
 
-    def run(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        self.trials_run += 1
-        out = run_trial(self.objective, self.builtin, params, model=self.model, data=self.data,
-                        health=self.health)
-        out["worker_pid"] = os.getpid()
-        out["worker_trial_index"] = self.trials_run
-        return out
+            torch.set_num_threads(self.threads)
+            self._threads_set = True
+        return run_trial(self.objective, self.builtin, params, model=self.model, data=self.data,
+                         health=self.health)
+
+
+class RayPool:
+    """`size` TrialWorker actors (sweeps._driver.WorkerPool)."""
+
+    def __init__(self, size: int, options: Mapping[str, Any], *args: Any) -> None:
+        self.size, self._options, self._args = size, dict(options), args
+        self.workers = [self._new() for _ in range(size)]
+
+    def _new(self) -> Any:
+        import ray
+
+        return ray.remote(TrialWorker).options(**self._options).remote(*self._args)
+
+    def submit(self, widx: int, params: Mapping[str, Any]) -> Any:
+        return self.workers[widx].run.remote(dict(params))
+
+    def wait(self, handles: Sequence[Any], timeout: float) -> list[Any]:
+        import ray
+
+        done, _ = ray.wait(list(handles), num_returns=1, timeout=timeout)
+        return done
+
+    def result(self, handle: Any) -> TrialResult:
+        import ray
+
+        from ._driver import WorkerLost
+
+        try:
+            return ray.get(handle)
+        except ray.exceptions.RayError as exc:
+            raise WorkerLost(f"{exc.__class__.__name__}: {str(exc)[:500]}") from exc
+
+    def replace(self, widx: int) -> None:
+        self.workers[widx] = self._new()
+
+    def close(self) -> None:
+        import ray
+
+        for w in self.workers:
+            ray.kill(w)
+
+
+def in_ray_job() -> bool:
+    """Inside `ray job submit` (or with RAY_ADDRESS set): Ray is there already, with the job's
+    runtime env (its working_dir included)."""
+    return bool(os.environ.get("RAY_ADDRESS") or os.environ.get("RAY_JOB_ID"))
 
 
 def start_ray(address: str | None, *, num_cpus: int, runtime_env: dict[str, Any]) -> None:
@@ -130,7 +153,10 @@ def start_ray(address: str | None, *, num_cpus: int, runtime_env: dict[str, Any]
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if ray.is_initialized():
         return
-    if address:
+    if in_ray_job() and address in (None, "auto", os.environ.get("RAY_ADDRESS")):
+        # join the job's cluster as it is: no CPU count, no second working_dir
+        ray.init(address=os.environ.get("RAY_ADDRESS") or "auto", log_to_driver=False, logging_level="error")
+    elif address:
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level="error")
     else:
         ray.init(
@@ -170,9 +196,3 @@ def runtime_env(*, cluster: bool) -> dict[str, Any]:
         p for p in sys.path if p and os.path.isdir(p) and not p.startswith(prefixes)
     ]
     return {"env_vars": {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}}
-
-
-def make_worker(options: Mapping[str, Any], *args: Any) -> Any:
-    import ray
-
-    return ray.remote(TrialWorker).options(**options).remote(*args)

@@ -10,7 +10,13 @@ import torch
 from safetensors.torch import load
 
 from objectives import export_model
-from objectives._textual_inversion import textual_inversion
+from objectives._textual_inversion import textual_inversion, train
+
+
+def with_embeddings(params, **kw):
+    """The objective's result and the learned rows (`train` is what textual_inversion runs)."""
+    run = train(params, **kw)
+    return {**run.result, "embeddings": run.embeddings}
 
 
 def _load_into(pipe, out: dict, tmp_path, *, sdxl: bool) -> list[str]:
@@ -48,7 +54,7 @@ def test_exports_load_into_a_pipeline_and_generate(tmp_path, model, pipe_name, p
     import diffusers
 
     folder = export_model(model, tmp_path / model)
-    out = textual_inversion({"steps": 3, "lr": 5e-2, **params}, model=model)
+    out = with_embeddings({"steps": 3, "lr": 5e-2, **params}, model=model)
     pipe = getattr(diffusers, pipe_name).from_pretrained(str(folder), local_files_only=True)
     pipe.set_progress_bar_config(disable=True)
     tokens = _load_into(pipe, out, tmp_path, sdxl=model == "tiny-sdxl")

@@ -69,10 +69,10 @@ def test_lora_missing_the_second_sdxl_encoder_is_flagged_dead(monkeypatch):
 
     real = ti.optimizer_groups
 
-    def forgets_encoder_2(groups, cfg, *, per_encoder):
-        second = {id(p) for p in per_encoder[1]}
+    def forgets_encoder_2(trainables, cfg):
+        second = {id(p) for p in trainables.of_encoder(1)}
         return [{**g, "params": [p for p in g["params"] if id(p) not in second]}
-                for g in real(groups, cfg, per_encoder=per_encoder)]
+                for g in real(trainables, cfg)]
 
     monkeypatch.setattr(ti, "optimizer_groups", forgets_encoder_2)
     out = textual_inversion({"steps": 4, "lora_rank": 2, "lora_targets": "text"}, model="tiny-sdxl")

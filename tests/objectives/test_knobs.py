@@ -14,15 +14,16 @@ from objectives._textual_inversion import (
     cached_base_model,
     textual_inversion,
     token_rank_factors,
+    train,
 )
 
 FAST = {"steps": 4, "lr": 1e-2}
 
 
 def trained_parts(params: dict, model: str = "tiny") -> tuple[dict, dict]:
-    box: dict = {}
-    out = textual_inversion({**FAST, **params}, model=model, on_trained=box.update)
-    return out, box
+    run = train({**FAST, **params}, model=model)
+    return run.result, {"text_encoders": run.text_encoders, "unet": run.unet, "base": run.base,
+                        "concept_embeddings": run.trainables.concepts, "trainables": run.trainables}
 
 
 # --- 2) token_weight_decay -----------------------------------------------------------------
@@ -199,7 +200,7 @@ def test_fp16_is_refused_on_cpu():
 
 def test_bf16_trains_with_fp32_trainables_and_less_memory():
     out, box = trained_parts({"precision": "bf16", "lora_rank": 2})
-    assert all(p.dtype == torch.float32 for g in box["groups"].values() for p in g)
+    assert all(p.dtype == torch.float32 for p in box["trainables"].named().values())
     assert next(box["base"].unet.parameters()).dtype == torch.bfloat16
     fp32 = textual_inversion({**FAST, "lora_rank": 2})
     assert out["peak_mem_mb"] < fp32["peak_mem_mb"]

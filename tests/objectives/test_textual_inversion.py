@@ -5,9 +5,15 @@ import torch
 
 from objectives import export_model, resolve_params
 from objectives._model import build_tiny
-from objectives._textual_inversion import _embeddings_module, cached_base_model, textual_inversion
+from objectives._textual_inversion import _embeddings_module, cached_base_model, textual_inversion, train
 
 FAST = {"steps": 30, "lr": 2e-2, "batch_size": 4}
+
+
+def with_embeddings(params, **kw):
+    """The objective's result and the learned rows (`train` is what textual_inversion runs)."""
+    run = train(params, **kw)
+    return {**run.result, "embeddings": run.embeddings}
 
 
 @pytest.fixture(scope="module")
@@ -15,7 +21,7 @@ def trained():
     base = cached_base_model("tiny", "cpu")
     before = {k: v.clone() for k, v in base.text_encoder.state_dict().items()}
     unet_before = {k: v.clone() for k, v in base.unet.state_dict().items()}
-    out = textual_inversion({**FAST, "seed": 3})
+    out = with_embeddings({**FAST, "seed": 3})
     return base, before, unet_before, out
 
 
@@ -109,11 +115,28 @@ def test_user_image_folder(tmp_path):
         for i in range(4):
             arr = (rng.random((40, 40, 3)) * 255).astype("uint8")
             Image.fromarray(arr).save(tmp_path / concept / f"{i}.png")
-    out = textual_inversion({"steps": 2}, data=str(tmp_path))
+    out = with_embeddings({"steps": 2}, data=str(tmp_path))
     assert sorted(out["embeddings"]) == ["<lamp>", "<mug>"]
 
 
-def test_build_tiny_is_deterministic():
-    a, b = build_tiny(), build_tiny()
-    for (ka, va), (kb, vb) in zip(a.unet.state_dict().items(), b.unet.state_dict().items()):
-        assert ka == kb and torch.equal(va, vb)
+def test_build_tiny_is_deterministic(tmp_path):
+    """The build itself, twice from scratch (components and a short pretraining run), not the
+    cached model loaded twice."""
+    from objectives._model import TINY_PRETRAIN, _pretrain, _tiny_components
+
+    short = {**TINY_PRETRAIN, "steps": 3, "batch_size": 4}
+    builds = []
+    for k in range(2):
+        parts = _tiny_components(tmp_path / f"tok{k}")
+        _pretrain(parts, **short)
+        builds.append(parts)
+    a, b = (p["unet"].state_dict() for p in builds)
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    ta, tb = (p["text_encoders"][0].state_dict() for p in builds)
+    assert all(torch.equal(ta[k], tb[k]) for k in ta)
+    # and the pretraining moved the weights: a build that skipped it would differ
+    fresh = _tiny_components(tmp_path / "tok-fresh")["unet"].state_dict()
+    assert any(not torch.equal(fresh[k], a[k]) for k in a)
+
+

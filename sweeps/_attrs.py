@@ -1,0 +1,34 @@
+"""Every name csweep writes onto an Optuna study or trial, in one place.
+
+The driver writes these attributes, `resume` / `sync` / `report` read them back. This module
+imports nothing, so that the reports can read a study without importing the driver.
+"""
+
+# --- study user attrs ---------------------------------------------------------------------
+SPACE = "space"  # the search space as a dict (search_spaces.SearchSpace.to_dict)
+OBJECTIVE = "objective"  # built-in name or module:function
+SETTINGS = "csweep_run"  # the run's settings record (sweeps._settings.RunSettings)
+TARGET_TRIALS = "target_trials"  # trials the runs so far asked for in all
+MAX_MEM = "max_mem_mb"  # the memory budget, when one was given
+PARENT_RUN = "mlflow_parent_run_id"
+EXPERIMENT_ID = "mlflow_experiment_id"
+SYNCED_RUNS = "mlflow_run_ids_synced"  # {trial number: run id} of runs `csweep sync` created
+REQUEUED = "requeued_trials"  # trial numbers whose parameters a resume already queued again
+STALE = "stale_trials"  # {trial number: reason} of RUNNING trials a resume found and failed
+
+# --- trial user attrs ---------------------------------------------------------------------
+MLFLOW_RUN_ID = "mlflow_run_id"
+NODE_ID = "node_id"
+HEALTH = "health"
+OUTCOME = "outcome"  # ok | pruned | out_of_memory | failed (sweeps._result.Kind)
+FAIL_REASON = "fail_reason"
+PRUNE_REASON = "prune_reason"
+OUT_OF_MEMORY = "oom"  # True on a trial that ran out of memory
+REPLACED = "replaced"  # a trial whose parameters are run again (stale, interrupted)
+ATTEMPTS = "attempts"
+N_SEEDS = "n_seeds"
+SEEDS = "seeds"
+VAL_LOSS_STD = "val_loss_std"
+VAL_LOSS_SEM = "val_loss_sem"
+VAL_LOSS_REPLICATES = "val_loss_replicates"
+RERUN_OF = "rerun_of"  # `csweep rerun-front`: the trial whose config this one re-trains

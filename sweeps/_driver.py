@@ -1,0 +1,276 @@
+"""The driver as a small machine: ask Optuna, keep the workers busy, collect, tell, log.
+
+It runs against two interfaces, so that its scheduling, queueing, retry and interrupt logic is
+tested in milliseconds with fakes (tests/fakes.py) and runs on Ray in production:
+- a `WorkerPool` (sweeps._workers.RayPool): `size` workers that each run tasks in order;
+- a `TrialLog` (sweeps._lane.MlflowLane, or PendingLog when MLflow is unreachable).
+It imports neither Ray nor MLflow.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from . import _attrs as A
+from ._result import Kind, TrialResult, combine, mlflow_record, replicate_seeds, tell
+
+PREFETCH_BELOW_S = 0.5  # trials shorter than this (median of the last five) get a second one queued
+INTERRUPTED = "interrupted (SIGINT on the driver)"
+
+
+class WorkerLost(Exception):
+    """The worker process that held this task died (killed, OOM-killed)."""
+
+
+class WorkerPool(Protocol):
+    size: int
+
+    def submit(self, widx: int, params: Mapping[str, Any]) -> Hashable: ...
+
+    def wait(self, handles: Sequence[Hashable], timeout: float) -> list[Hashable]: ...
+
+    def result(self, handle: Hashable) -> TrialResult: ...  # raises WorkerLost
+
+    def replace(self, widx: int) -> None: ...
+
+
+class TrialLog(Protocol):
+    def start_trial(self, number: int, params: Mapping[str, Any]) -> Future: ...  # of the run id
+
+    def finish_trial(self, number: int, run_id: str, status: str, **record: Any) -> None: ...
+
+
+@dataclass
+class Outcome:
+    study_name: str
+    completed: int = 0
+    failed: int = 0
+    pruned: int = 0
+    out_of_memory: int = 0
+    study_trials: int = 0  # trials in the study when this run ended
+    report_dir: Any = None
+    parent_run_id: str = ""
+    interrupted: bool = False
+    aborted: str = ""
+
+    @property
+    def done(self) -> int:
+        return self.completed + self.failed + self.pruned + self.out_of_memory
+
+
+@dataclass
+class _Trial:
+    """An asked Optuna trial and its seed replicates."""
+
+    trial: Any
+    params: dict[str, Any]
+    started: Future  # of its MLflow run id
+    seeds: list[int]
+    results: dict[int, TrialResult] = field(default_factory=dict)
+    run_id: str | None = None  # None until the logging side has answered
+
+
+@dataclass
+class _Task:
+    """One replicate of a trial, submitted to a worker."""
+
+    owner: _Trial
+    replicate: int
+    widx: int
+    generation: int
+    attempt: int
+    seq: int
+
+
+class Driver:
+    def __init__(
+        self, study: Any, pool: WorkerPool, log: TrialLog, *, trials: int,
+        fixed: Mapping[str, Any] = {}, distributions: Mapping[str, Any] | None = None,
+        seeds: int = 1, seed_offset: int = 0, max_mem_mb: float | None = None, max_retries: int = 1,
+        max_fail_share: float = 0.5, enqueue: Sequence[Mapping[str, Any]] = (),
+        stop: threading.Event | None = None, on_progress: Callable[[Outcome, int], None] | None = None,
+    ) -> None:
+        self.study, self.pool, self.log = study, pool, log
+        self.target, self.fixed, self.distributions = trials, dict(fixed), distributions
+        self.seeds, self.seed_offset = seeds, seed_offset
+        self.max_mem_mb, self.max_retries, self.max_fail_share = max_mem_mb, max_retries, max_fail_share
+        self.stop = stop or threading.Event()
+        self.on_progress = on_progress
+        self.outcome = Outcome(study.study_name)
+        for params in enqueue:
+            study.enqueue_trial(dict(params), skip_if_exists=False)
+        self.asked = 0
+        self.seq = 0
+        self.queue: deque[tuple[_Trial, int]] = deque()  # replicates not yet submitted
+        self.in_flight: dict[Hashable, _Task] = {}
+        self.open: list[_Trial] = []  # asked and not yet told
+        self.load = [0] * pool.size  # tasks submitted to each worker and not yet returned
+        self.generation = [0] * pool.size  # bumped when a worker is replaced
+        self.running_seq: dict[tuple[int, int], int] = {}  # a dead (worker, generation) -> its running task
+        self.durations: list[float] = []
+
+    # --- the loop ------------------------------------------------------------------------
+    def run(self) -> Outcome:
+        try:
+            while not self.stop.is_set():
+                self.dispatch()
+                if not self.in_flight:
+                    break
+                timeout = 0.25 if self._record_run_ids() else 0.5
+                for handle in self.pool.wait(list(self.in_flight), timeout):
+                    self.collect(handle)
+        except KeyboardInterrupt:
+            self.stop.set()
+        if self.stop.is_set():
+            self.interrupted()
+        return self.outcome
+
+    def remaining_tasks(self) -> int:
+        return (self.target - self.asked) * self.seeds + len(self.queue)
+
+    def depth(self) -> int:
+        """Tasks per worker: a second one queued behind a short trial, so that the worker goes
+        straight on while the driver tells the first and asks the next; one for long trials,
+        where the wait is negligible and the sampler should see every finished result first,
+        and one for the last tasks, which go to whichever worker is free first."""
+        recent = sorted(self.durations[-5:])
+        short = bool(recent) and recent[len(recent) // 2] < PREFETCH_BELOW_S
+        return 2 if short and self.remaining_tasks() > self.pool.size else 1
+
+    def dispatch(self) -> None:
+        while not self.outcome.aborted and not self.stop.is_set():
+            if not self.queue and self.asked >= self.target:
+                return
+            widx = min(range(self.pool.size), key=self.load.__getitem__)
+            if self.load[widx] >= self.depth():
+                return
+            if not self.queue:
+                self._ask()
+            owner, replicate = self.queue.popleft()
+            self._send(widx, owner, replicate, attempt=1)
+
+    def _ask(self) -> None:
+        trial = self.study.ask(fixed_distributions=self.distributions)
+        params = {**self.fixed, **trial.params}
+        base = int(params.get("seed", 0) or 0)
+        owner = _Trial(trial, params, self.log.start_trial(trial.number, params),
+                       replicate_seeds(base, self.seeds, offset=self.seed_offset))
+        self.open.append(owner)
+        self.queue.extend((owner, r) for r in range(self.seeds))
+        self.asked += 1
+
+    def _send(self, widx: int, owner: _Trial, replicate: int, *, attempt: int) -> None:
+        self.seq += 1
+        params = {**owner.params, "seed": owner.seeds[replicate]}
+        handle = self.pool.submit(widx, params)
+        self.in_flight[handle] = _Task(owner, replicate, widx, self.generation[widx], attempt, self.seq)
+        self.load[widx] += 1
+
+    def collect(self, handle: Hashable) -> None:
+        task = self.in_flight.pop(handle)
+        self.load[task.widx] -= 1
+        try:
+            result = self.pool.result(handle)
+        except WorkerLost as exc:
+            lost = self._worker_lost(task, exc)
+            if lost is None:
+                return
+            result = lost
+        self.durations.append(float(result.seconds))
+        owner = task.owner
+        result.seed = owner.seeds[task.replicate]
+        owner.results[task.replicate] = result
+        if len(owner.results) == len(owner.seeds):
+            self._finish(owner)
+
+    def _worker_lost(self, task: _Task, exc: Exception) -> TrialResult | None:
+        """The worker process died: replace it once and run its tasks again. Only the task it
+        was running counts an attempt; those queued behind it never started."""
+        widx, key = task.widx, (task.widx, task.generation)
+        if task.generation == self.generation[widx]:
+            mates = [t.seq for t in self.in_flight.values() if (t.widx, t.generation) == key]
+            self.running_seq[key] = min([task.seq, *mates])
+            self.pool.replace(widx)
+            self.generation[widx] += 1
+        attempt = task.attempt
+        if task.seq == self.running_seq[key]:
+            if attempt > self.max_retries:
+                return TrialResult.failed(f"worker lost {attempt} time(s): {exc.__class__.__name__}: "
+                                          f"{str(exc)[:500]}")
+            attempt += 1
+            task.owner.trial.set_user_attr(A.ATTEMPTS, attempt)
+        self._send(widx, task.owner, task.replicate, attempt=attempt)
+        return None
+
+    def _finish(self, owner: _Trial) -> None:
+        self.open.remove(owner)
+        result = combine([owner.results[i] for i in range(len(owner.seeds))])
+        run_id = self._run_id(owner)
+        tell(self.study, owner.trial, result, max_mem_mb=self.max_mem_mb)
+        status, record = mlflow_record(result)
+        self.log.finish_trial(owner.trial.number, run_id, status, **record)
+        o = self.outcome
+        if result.kind is Kind.OK:
+            o.completed += 1
+        elif result.kind is Kind.PRUNED:
+            o.pruned += 1
+        elif result.kind is Kind.OUT_OF_MEMORY:
+            o.out_of_memory += 1
+        else:
+            o.failed += 1
+        o.aborted = o.aborted or self._too_many_failures()
+        if self.on_progress is not None:
+            self.on_progress(o, len(self.open))
+
+    def _too_many_failures(self) -> str:
+        o = self.outcome
+        if o.done >= 4 and o.failed / o.done > self.max_fail_share:
+            return (f"stopped: {o.failed} of {o.done} trials failed (more than "
+                    f"{self.max_fail_share:.0%}); fix the objective, or raise --max-fail-share")
+        return ""
+
+    def interrupted(self) -> None:
+        """Ctrl-C: every trial asked and not told ends FAIL, marked for a resume to run again
+        (the pool's workers are killed by its owner, which ends their tasks)."""
+        from optuna.trial import TrialState
+
+        self.outcome.interrupted = True
+        for owner in list(self.open):
+            run_id = self._run_id(owner)
+            owner.trial.set_user_attr(A.FAIL_REASON, INTERRUPTED)
+            owner.trial.set_user_attr(A.REPLACED, True)
+            self.study.tell(owner.trial, state=TrialState.FAIL)
+            if run_id:
+                self.log.finish_trial(owner.trial.number, run_id, "KILLED", tags={"fail_reason": "interrupted"})
+        self.open.clear()
+        self.in_flight.clear()
+        self.queue.clear()
+
+    # --- MLflow run ids ----------------------------------------------------------------
+    def _run_id(self, owner: _Trial) -> str:
+        """The trial's MLflow run id, put on the trial as soon as it is known (a resume after a
+        driver crash ends the runs of the trials it finds RUNNING by that attr)."""
+        if owner.run_id is None:
+            try:
+                owner.run_id = owner.started.result()
+            except Exception:  # noqa: BLE001 - the logging side died before it answered
+                owner.run_id = ""
+            if owner.run_id:
+                owner.trial.set_user_attr(A.MLFLOW_RUN_ID, owner.run_id)
+        return owner.run_id
+
+    def _record_run_ids(self) -> bool:
+        """Record the run ids that have arrived; True while some are still to come."""
+        due = False
+        for owner in self.open:
+            if owner.run_id is None:
+                if owner.started.done():
+                    self._run_id(owner)
+                else:
+                    due = True
+        return due

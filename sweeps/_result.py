@@ -1,0 +1,174 @@
+"""What one trial produced, as one typed record: workers return it, one function maps it onto
+Optuna (`tell`) and one onto MLflow (`mlflow_record`). With `--seeds K` a trial's K replicates
+are combined into one record (`combine`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Any
+
+from . import _attrs as A
+
+REQUIRED = ("val_loss", "peak_mem_mb")
+
+
+class Kind(str, Enum):
+    OK = "ok"
+    PRUNED = "pruned"  # stopped early by the objective (diverging, TrialPruned)
+    OUT_OF_MEMORY = "out_of_memory"  # the config does not fit: a fact about it, not a bug
+    FAILED = "failed"  # raised, returned garbage, or its worker died too often
+
+
+@dataclass
+class TrialResult:
+    kind: Kind
+    metrics: dict[str, float] = field(default_factory=dict)
+    history: dict[str, list[float]] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+    artifacts: dict[str, bytes] = field(default_factory=dict)
+    reason: str = ""  # why it failed, ran out of memory or was pruned
+    traceback: str = ""
+    node: str = ""  # the Ray node it ran on
+    seconds: float = 0.0
+    config: dict[str, Any] = field(default_factory=dict)  # fully resolved (defaults included)
+    seed: int | None = None  # the replicate's seed, when it had one
+    replicates: list[TrialResult] = field(default_factory=list)  # with --seeds K > 1
+
+    @classmethod
+    def failed(cls, reason: str, **kw: Any) -> TrialResult:
+        return cls(Kind.FAILED, reason=reason, **kw)
+
+    @property
+    def seeds(self) -> list[int]:
+        if self.replicates:
+            return [r.seed for r in self.replicates if r.seed is not None]
+        return [self.seed] if self.seed is not None else []
+
+
+def normalize(raw: Any) -> dict[str, Any]:
+    """Split an objective's return value into metrics / history / tags / artifacts.
+
+    Raises ValueError when it is not a mapping with finite val_loss and peak_mem_mb.
+    """
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"objective returned {type(raw).__name__}, expected a mapping")
+    metrics: dict[str, float] = {}
+    for key, value in raw.items():
+        if key in ("history", "tags", "artifacts", "health"):
+            continue
+        try:
+            metrics[str(key)] = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"objective returned non-numeric {key}={value!r}") from None
+    for key in REQUIRED:
+        if key not in metrics:
+            raise ValueError(f"objective result lacks {key!r} (got {sorted(metrics)})")
+        if not math.isfinite(metrics[key]):
+            raise ValueError(f"objective returned non-finite {key}={metrics[key]}")
+    return {
+        "metrics": metrics,
+        "history": {k: [float(x) for x in v] for k, v in dict(raw.get("history", {})).items()},
+        "tags": {k: str(v) for k, v in dict(raw.get("tags", {})).items()},
+        "artifacts": {str(k): bytes(v) for k, v in dict(raw.get("artifacts", {})).items()},
+    }
+
+
+# --- K seed replicates -> one trial ---------------------------------------------------------
+def replicate_seeds(base: int, k: int, *, offset: int = 0) -> list[int]:
+    """The seeds of a trial's K replicates: the trial's own seed first, then the next ones."""
+    return [base + offset + i for i in range(k)]
+
+
+def combine(replicates: Sequence[TrialResult]) -> TrialResult:
+    """One trial from its seed replicates: val_loss and the other metrics are the mean, with
+    std and sem of val_loss; peak memory the max. A replicate that ran out of memory, failed or
+    was pruned makes the trial so (the config is judged by its worst seed)."""
+    if len(replicates) == 1:
+        return replicates[0]
+    first = replicates[0]
+    node = ",".join(dict.fromkeys(r.node for r in replicates if r.node))
+    seconds = max(r.seconds for r in replicates)
+    for kind in (Kind.OUT_OF_MEMORY, Kind.FAILED, Kind.PRUNED):
+        bad = [r for r in replicates if r.kind == kind]
+        if bad:
+            return replace(bad[0], node=node, seconds=seconds, replicates=list(replicates),
+                           reason=f"seed {bad[0].seed}: {bad[0].reason}")
+    import numpy as np
+
+    losses = np.array([r.metrics["val_loss"] for r in replicates], dtype=float)
+    keys = [k for k in first.metrics if all(k in r.metrics for r in replicates)]
+    metrics = {k: float(np.mean([r.metrics[k] for r in replicates])) for k in keys}
+    metrics["peak_mem_mb"] = max(r.metrics["peak_mem_mb"] for r in replicates)
+    std = float(losses.std(ddof=1))
+    metrics |= {A.VAL_LOSS_STD: std, A.VAL_LOSS_SEM: std / math.sqrt(len(losses)),
+                A.N_SEEDS: float(len(losses))}
+    history = dict(first.history)
+    artifacts = dict(first.artifacts)
+    for r in replicates[1:]:
+        history |= {f"seed{r.seed}/{k}": v for k, v in r.history.items()}
+        artifacts |= {f"replicates/seed{r.seed}/{k}": v for k, v in r.artifacts.items()}
+    history["replicate_val_loss"] = [float(v) for v in losses]
+    return TrialResult(Kind.OK, metrics, history, dict(first.tags), artifacts, node=node, seconds=seconds,
+                       config=dict(first.config), seed=first.seed, replicates=list(replicates))
+
+
+# --- onto Optuna --------------------------------------------------------------------------
+def tell(study: Any, trial: Any, result: TrialResult, *, max_mem_mb: float | None) -> None:
+    """Record a trial's result in the study (the source of truth). Only a COMPLETE trial has
+    objective values: out-of-memory, failed and pruned trials carry their reason instead, never
+    placeholder numbers."""
+    from optuna.trial import TrialState
+
+    trial.set_user_attr(A.NODE_ID, result.node)
+    trial.set_user_attr(A.OUTCOME, result.kind.value)
+    if "health" in result.tags:
+        trial.set_user_attr(A.HEALTH, result.tags["health"])
+    seeds = result.seeds
+    if seeds:
+        trial.set_user_attr(A.SEEDS, seeds)
+    trial.set_user_attr(A.N_SEEDS, max(1, len(result.replicates)))
+    if result.kind is Kind.OK:
+        m = result.metrics
+        if A.VAL_LOSS_STD in m:
+            trial.set_user_attr(A.VAL_LOSS_STD, m[A.VAL_LOSS_STD])
+            trial.set_user_attr(A.VAL_LOSS_SEM, m[A.VAL_LOSS_SEM])
+            trial.set_user_attr(A.VAL_LOSS_REPLICATES, [r.metrics["val_loss"] for r in result.replicates])
+        if max_mem_mb is not None:
+            trial.set_constraint("peak_mem_mb", m["peak_mem_mb"] - max_mem_mb)
+        study.tell(trial, [m["val_loss"], m["peak_mem_mb"]])
+    elif result.kind is Kind.PRUNED:
+        trial.set_user_attr(A.PRUNE_REASON, result.reason or "pruned by the objective")
+        study.tell(trial, state=TrialState.PRUNED)
+    elif result.kind is Kind.OUT_OF_MEMORY:
+        trial.set_user_attr(A.OUT_OF_MEMORY, True)
+        trial.set_user_attr(A.FAIL_REASON, f"out of memory: {result.reason}")
+        study.tell(trial, state=TrialState.FAIL)
+    else:
+        trial.set_user_attr(A.FAIL_REASON, result.reason or "unknown error")
+        study.tell(trial, state=TrialState.FAIL)
+
+
+# --- onto MLflow --------------------------------------------------------------------------
+_STATUS = {Kind.OK: "FINISHED", Kind.PRUNED: "KILLED", Kind.OUT_OF_MEMORY: "FAILED", Kind.FAILED: "FAILED"}
+_STATE = {Kind.OK: "COMPLETE", Kind.PRUNED: "PRUNED", Kind.OUT_OF_MEMORY: "FAIL", Kind.FAILED: "FAIL"}
+
+
+def mlflow_record(result: TrialResult) -> tuple[str, dict[str, Any]]:
+    """(run status, the keyword arguments of Tracker.finish_trial) of a trial's result."""
+    tags = {**result.tags, "ray.node_id": result.node, "optuna.state": _STATE[result.kind],
+            "csweep.outcome": result.kind.value}
+    if result.seeds:
+        tags["seeds"] = ",".join(str(s) for s in result.seeds)
+    if result.reason:
+        tags["prune_reason" if result.kind is Kind.PRUNED else "fail_reason"] = result.reason[:5000]
+    if result.kind is Kind.OUT_OF_MEMORY:
+        tags["infeasible"] = "out of memory"
+    artifacts = dict(result.artifacts)
+    if result.kind is Kind.FAILED:
+        artifacts["traceback.txt"] = (result.traceback or result.reason).encode()
+    record = {"metrics": dict(result.metrics), "history": dict(result.history), "tags": tags,
+              "artifacts": artifacts, "config": dict(result.config) or None}
+    return _STATUS[result.kind], record

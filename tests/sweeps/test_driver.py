@@ -1,0 +1,170 @@
+"""The driver's scheduling, queueing, retries, interrupts and seed replicates, against a fake
+worker pool on a simulated clock: each case runs in milliseconds."""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import optuna
+import pytest
+from fakes import DIE, FakeLog, FakePool, ok
+from optuna.distributions import FloatDistribution
+from optuna.trial import TrialState
+
+from sweeps import _attrs as A
+from sweeps._driver import Driver
+from sweeps._result import Kind, TrialResult
+
+DISTS = {"x": FloatDistribution(0.0, 1.0)}
+
+
+def study() -> optuna.Study:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(directions=["minimize", "minimize"], sampler=optuna.samplers.RandomSampler(seed=0))
+
+
+def drive(pool: FakePool, *, trials: int, st: optuna.Study | None = None, **kw):
+    st = st or study()
+    log = FakeLog()
+    driver = Driver(st, pool, log, trials=trials, distributions=DISTS, **kw)
+    return st, log, driver, driver.run()
+
+
+def test_every_trial_is_told_and_logged_once():
+    pool = FakePool(2, lambda p, n: (5.0, ok(p["x"], 10 + p["x"])))
+    st, log, _, out = drive(pool, trials=7)
+    assert out.completed == 7 and not out.interrupted
+    assert [t.state for t in st.trials] == [TrialState.COMPLETE] * 7
+    assert sorted(log.finished) == list(range(7))
+    assert all(status == "FINISHED" for _, status, _ in log.finished.values())
+    for t in st.trials:
+        assert t.values[0] == pytest.approx(t.params["x"])
+        assert t.user_attrs[A.MLFLOW_RUN_ID] == f"run-{t.number}"
+        assert t.user_attrs[A.NODE_ID].startswith("node-")
+        assert t.user_attrs[A.OUTCOME] == "ok"
+
+
+def test_long_trials_are_handed_out_one_at_a_time():
+    pool = FakePool(2, lambda p, n: (5.0, ok(0.1)))
+    drive(pool, trials=8)
+    assert pool.max_depth == 1
+
+
+def test_short_trials_get_a_second_one_queued_but_never_the_last_ones():
+    pool = FakePool(2, lambda p, n: (0.05, ok(0.1)))
+    _, _, _, out = drive(pool, trials=20)
+    assert out.completed == 20
+    assert pool.max_depth == 2
+    # once no more trials remain than workers, nothing is queued behind a running one
+    late = [depth for started, depth in pool.depth_log if started >= 20 - pool.size]
+    assert late and max(late) == 1
+
+
+def test_worker_dies_with_a_trial_queued_behind_it_only_the_running_one_counts():
+    # the 6th task started kills its worker; with short trials a second one sits behind it
+    pool = FakePool(2, lambda p, n: (0.05, DIE if n == 6 else ok(0.1)))
+    st, log, _, out = drive(pool, trials=12, max_retries=0)
+    failed = [t for t in st.trials if t.state == TrialState.FAIL]
+    assert len(failed) == 1 and "worker lost 1 time(s)" in failed[0].user_attrs[A.FAIL_REASON]
+    assert out.completed == 11 and out.failed == 1
+    assert pool.replaced and pool.max_depth == 2
+    assert len(log.finished) == 12 and log.finished[failed[0].number][1] == "FAILED"
+    assert not any(A.ATTEMPTS in t.user_attrs for t in st.trials)
+
+
+def test_a_trial_whose_worker_dies_is_retried_on_a_fresh_worker():
+    pool = FakePool(1, lambda p, n: (1.0, DIE if n == 2 else ok(0.1)))
+    st, _, _, out = drive(pool, trials=3, max_retries=1)
+    assert out.completed == 3 and pool.replaced == [0]
+    assert [t.user_attrs.get(A.ATTEMPTS) for t in st.trials] == [None, 2, None]
+
+
+def test_retries_exhausted_fails_that_trial_and_the_sweep_goes_on():
+    pool = FakePool(1, lambda p, n: (1.0, DIE if p["x"] > 0.5 else ok(0.1)))
+    st, _, _, out = drive(pool, trials=6, max_retries=2, max_fail_share=1.0)
+    bad = [t for t in st.trials if t.params["x"] > 0.5]
+    assert bad and all(t.state == TrialState.FAIL for t in bad)
+    assert all("worker lost 3 time(s)" in t.user_attrs[A.FAIL_REASON] for t in bad)
+    assert out.completed == 6 - len(bad)
+
+
+def test_ctrl_c_between_ask_and_tell_leaves_no_trial_running():
+    stop = threading.Event()
+
+    def on_submit(pool, params):
+        if len(pool.started_params) >= 3:
+            stop.set()  # lands after an ask and its submit, before that trial is told
+
+    pool = FakePool(2, lambda p, n: (0.05, ok(0.1)), on_submit=on_submit)
+    st, log, _, out = drive(pool, trials=10, stop=stop)
+    assert out.interrupted
+    states = [t.state for t in st.trials]
+    assert TrialState.RUNNING not in states
+    cut = [t for t in st.trials if t.state == TrialState.FAIL]
+    assert cut and all(t.user_attrs[A.REPLACED] and "interrupted" in t.user_attrs[A.FAIL_REASON] for t in cut)
+    assert all(log.finished[t.number][1] == "KILLED" for t in cut)
+    assert len(st.trials) < 10
+
+
+def test_out_of_memory_is_a_failed_trial_without_numbers():
+    def behave(p, n):
+        if p["x"] > 0.7:
+            return 1.0, TrialResult(Kind.OUT_OF_MEMORY, reason="OutOfMemoryError: planted")
+        return 1.0, ok(p["x"])
+
+    pool = FakePool(2, behave)
+    st, log, _, out = drive(pool, trials=12)
+    oom = [t for t in st.trials if t.params["x"] > 0.7]
+    assert oom and out.out_of_memory == len(oom) and out.failed == 0
+    for t in oom:
+        assert t.state == TrialState.FAIL and t.values is None
+        assert t.user_attrs[A.OUT_OF_MEMORY] is True and t.user_attrs[A.OUTCOME] == "out_of_memory"
+        assert t.user_attrs[A.FAIL_REASON].startswith("out of memory")
+        assert log.finished[t.number][2]["tags"]["infeasible"] == "out of memory"
+
+
+def test_a_sweep_whose_trials_keep_failing_stops():
+    pool = FakePool(1, lambda p, n: (1.0, TrialResult.failed("RuntimeError: boom")))
+    _, _, _, out = drive(pool, trials=20)
+    assert out.aborted.startswith("stopped: 4 of 4 trials failed") and out.done == 4
+
+
+def test_seed_replicates_run_in_parallel_and_combine_into_one_trial():
+    pool = FakePool(3, lambda p, n: (2.0, ok(1.0 + 0.1 * p["seed"], 10.0 + p["seed"])))
+    st, log, _, out = drive(pool, trials=2, seeds=3, fixed={"seed": 5})
+    assert out.completed == 2 and len(st.trials) == 2
+    assert pool.clock == pytest.approx(4.0)  # three replicates at once on three workers: 2 s per config
+    for t in st.trials:
+        assert t.user_attrs[A.SEEDS] == [5, 6, 7] and t.user_attrs[A.N_SEEDS] == 3
+        assert t.values[0] == pytest.approx(1.6)  # mean of 1.5, 1.6, 1.7
+        assert t.values[1] == pytest.approx(17.0)  # the max
+        assert t.user_attrs[A.VAL_LOSS_STD] == pytest.approx(0.1)
+        assert t.user_attrs[A.VAL_LOSS_SEM] == pytest.approx(0.1 / math.sqrt(3))
+        assert t.user_attrs[A.VAL_LOSS_REPLICATES] == pytest.approx([1.5, 1.6, 1.7])
+        _, _, record = log.finished[t.number]
+        assert record["history"]["replicate_val_loss"] == pytest.approx([1.5, 1.6, 1.7])
+        assert record["tags"]["seeds"] == "5,6,7"
+    assert sorted(p["seed"] for p in pool.started_params) == [5, 5, 6, 6, 7, 7]
+
+
+def test_one_bad_replicate_makes_the_config_bad():
+    pool = FakePool(2, lambda p, n: (1.0, TrialResult(Kind.OUT_OF_MEMORY, reason="oom") if p["seed"] == 1
+                                     else ok(0.5)))
+    st, _, _, out = drive(pool, trials=2, seeds=2)
+    assert out.out_of_memory == 2
+    assert all(t.user_attrs[A.FAIL_REASON].startswith("out of memory: seed 1") for t in st.trials)
+
+
+def test_a_study_may_mix_seed_counts():
+    st = study()
+    drive(FakePool(2, lambda p, n: (1.0, ok(0.5))), trials=3, st=st)
+    drive(FakePool(2, lambda p, n: (1.0, ok(0.5 + 0.01 * p["seed"]))), trials=2, st=st, seeds=2)
+    assert [t.user_attrs[A.N_SEEDS] for t in st.trials] == [1, 1, 1, 2, 2]
+    assert [A.VAL_LOSS_STD in t.user_attrs for t in st.trials] == [False] * 3 + [True] * 2
+
+
+def test_plain_runs_give_the_objective_its_seed():
+    pool = FakePool(1, lambda p, n: (1.0, ok(0.5)))
+    drive(pool, trials=2, fixed={"seed": 11})
+    assert [p["seed"] for p in pool.started_params] == [11, 11]
