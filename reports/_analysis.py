@@ -443,12 +443,19 @@ def fit_power_law(ok: pd.DataFrame, x: str, y: str, *, params: Mapping[str, Mapp
             idx = rng.integers(0, len(design), len(design))
             boot = _surrogate(design[idx], vals[idx], seed, sem=None if sem is None else sem[idx],
                               kernel=model.kernel_, refit=refit)
-            got = regress(_law_points(boot, ref, ix, iy, gx, gy))
+            # the other params' values averaged over are data too: drawn from the resample
+            bref = design[idx] if len(idx) <= max_points else design[rng.choice(idx, max_points, replace=False)]
+            got = regress(_law_points(boot, bref, ix, iy, gx, gy))
             if got is not None:
                 alphas.append(got[0])
     slope, icpt, r2 = fit
-    lo, hi = (float(np.percentile(alphas, 2.5)), float(np.percentile(alphas, 97.5))) if len(alphas) >= 5 else (
-        -math.inf, math.inf)
+    lo, hi = -math.inf, math.inf
+    if len(alphas) >= 5:
+        # the wider of the percentile interval and the normal one (point ± 1.96 bootstrap sd): the
+        # refits keep the kernel's hyperparameters, whose own uncertainty is not resampled
+        sd = float(np.std(alphas, ddof=1))
+        lo = min(float(np.percentile(alphas, 2.5)), slope - 1.96 * sd)
+        hi = max(float(np.percentile(alphas, 97.5)), slope + 1.96 * sd)
     keep = np.isfinite(ystar)
     pts = tuple((float(math.exp(a)), float(math.exp(b))) for a, b in zip(lgx[keep], to_log(ystar[keep], y)))
     return LawFit(x, y, "power", slope, min(lo, slope), max(hi, slope), float(math.exp(icpt)), r2, len(pts),

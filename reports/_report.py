@@ -125,7 +125,7 @@ def analyse(study: Any, *, n_boot: int = 20) -> StudyReport:
 
 
 def _declared_pairs(study: Any, numeric: dict[str, Any], couplings: list[Any]) -> list[tuple[str, str]]:
-    space = study.user_attrs.get("space") or {}
+    space = study.user_attrs.get(A.SPACE) or {}
     pairs = [(h["x"], h["y"]) for h in space.get("hypotheses", []) if h["x"] in numeric and h["y"] in numeric]
     if not pairs:
         pairs = [(c.param_a, c.param_b) for c in couplings[:2]]
@@ -140,7 +140,7 @@ def write_study_report(study: Any, out_dir: Path, *, tracking_uri: str | None = 
     """Every report file of one study into out_dir; returns them by file name."""
     out_dir.mkdir(parents=True, exist_ok=True)
     rep = analyse(study, n_boot=n_boot)
-    exp_id = study.user_attrs.get("mlflow_experiment_id")
+    exp_id = study.user_attrs.get(A.EXPERIMENT_ID)
     files: dict[str, Path] = {}
     counts = ", ".join(f"{k}: {v}" for k, v in sorted(rep.summary["counts_by_state"].items()))
     lead = (f"{len(rep.front)} non-dominated of {len(rep.trials)} trials ({counts}); "

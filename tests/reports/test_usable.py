@@ -1,0 +1,97 @@
+"""One definition of the trials an analysis may use: a study with out-of-memory, over-budget,
+pruned and failed trials is analysed exactly as its usable trials alone."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import optuna
+import pandas as pd
+import pytest
+from optuna.distributions import CategoricalDistribution, FloatDistribution
+from optuna.trial import TrialState, create_trial
+
+from reports import analyse, trials_frame, usable, write_study_report
+from sweeps import _attrs as A
+
+DISTS = {"a": FloatDistribution(0.0, 1.0), "b": FloatDistribution(0.0, 1.0), "c": FloatDistribution(0.0, 1.0),
+         "mode": CategoricalDistribution(["x", "y"])}
+BUDGET = 140.0
+
+
+def _loss(p):
+    return 4 * (p["a"] - 0.5) * (p["b"] - 0.5) + p["c"] + 0.2 * (p["mode"] == "y")
+
+
+def _mem(p):
+    return 100 + 40 * p["c"] + 10 * p["a"]
+
+
+def build(with_bad: bool) -> optuna.Study:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(directions=["minimize", "minimize"])
+    study.set_user_attr(A.MAX_MEM, BUDGET)
+    study.set_user_attr(A.SPACE, {"hypotheses": [{"x": "a", "y": "b", "law": "power"}]})
+    rng = np.random.default_rng(0)
+    for i in range(70):
+        p = {"a": float(rng.uniform(0.05, 1)), "b": float(rng.uniform(0.05, 1)), "c": float(rng.uniform(0, 1)),
+             "mode": ["x", "y"][i % 2]}
+        kind = ("oom" if p["a"] > 0.8 and p["b"] > 0.6 else "fail" if i % 11 == 3 else
+                "pruned" if i % 13 == 5 else "ok")
+        if kind == "ok":
+            mem = _mem(p)
+            trial = create_trial(values=[_loss(p), mem], params=p, distributions=DISTS,
+                                 user_attrs={A.OUTCOME: "ok"}, constraints={"peak_mem_mb": mem - BUDGET})
+            if mem > BUDGET and not with_bad:
+                continue
+            study.add_trial(trial)
+        elif with_bad:
+            attrs = {A.OUTCOME: {"oom": "out_of_memory", "fail": "failed", "pruned": "pruned"}[kind]}
+            if kind == "oom":
+                attrs |= {A.OUT_OF_MEMORY: True, A.FAIL_REASON: "out of memory: planted"}
+            state = TrialState.PRUNED if kind == "pruned" else TrialState.FAIL
+            study.add_trial(create_trial(state=state, params=p, distributions=DISTS, user_attrs=attrs))
+    return study
+
+
+def test_the_analysis_equals_the_analysis_of_the_usable_trials_alone():
+    messy, clean = build(True), build(False)
+    rm, rc = analyse(messy, n_boot=4), analyse(clean, n_boot=4)
+    counts = rm.summary["counts_by_outcome"]
+    assert counts["out_of_memory"] > 0 and counts["failed"] > 0 and counts["pruned"] > 0
+    assert (~rm.trials["feasible"] & (rm.trials["outcome"] == "ok")).any()  # over budget, too
+    assert len(rm.usable) == len(rc.usable) == len(rc.trials)
+    assert list(rm.front["trial"].map(lambda n: messy.trials[n].params["a"])) == \
+        list(rc.front["trial"].map(lambda n: clean.trials[n].params["a"]))
+    assert rm.summary["hypervolume"] == pytest.approx(rc.summary["hypervolume"])
+    assert rm.summary["reference_point"] == pytest.approx(rc.summary["reference_point"])
+    key = [(c.param_a, c.param_b, round(c.strength, 9), round(c.ci_low, 9)) for c in rm.couplings]
+    assert key == [(c.param_a, c.param_b, round(c.strength, 9), round(c.ci_low, 9)) for c in rc.couplings]
+    assert [(f.alpha, f.alpha_ci_low, f.alpha_ci_high) for f in rm.laws] == \
+        [(f.alpha, f.alpha_ci_low, f.alpha_ci_high) for f in rc.laws]
+
+
+def test_unusable_trials_are_in_the_tables_with_their_reason_never_as_numbers(tmp_path):
+    messy = build(True)
+    files = write_study_report(messy, tmp_path / "out", n_boot=3)
+    trials = pd.read_csv(files["trials.csv"])
+    oom = trials[trials["outcome"] == "out_of_memory"]
+    assert len(oom) and oom["val_loss"].isna().all() and oom["peak_mem_mb"].isna().all()
+    assert oom["reason"].str.startswith("out of memory").all() and not oom["feasible"].any()
+    front = pd.read_csv(files["pareto.csv"])
+    assert front["feasible"].all() and (front["outcome"] == "ok").all() and (front["peak_mem_mb"] <= BUDGET).all()
+    assert "p_front" in front.columns and "val_loss_sem" in front.columns
+
+
+def test_an_older_study_with_placeholder_oom_values_is_read_right():
+    """csweep before this round told out-of-memory trials COMPLETE with 1e6 and marked `oom`."""
+    study = build(False)
+    p = {"a": 0.9, "b": 0.9, "c": 0.1, "mode": "x"}
+    study.add_trial(create_trial(values=[1e6, 2 * BUDGET], params=p, distributions=DISTS,
+                                 user_attrs={A.OUT_OF_MEMORY: True, A.FAIL_REASON: "out of memory: old"},
+                                 constraints={"peak_mem_mb": 1e6}))
+    frame = trials_frame(study)
+    row = frame.iloc[-1]
+    assert row["outcome"] == "out_of_memory" and math.isnan(row["val_loss"])
+    assert study.trials[-1].number not in set(usable(frame)["trial"])
