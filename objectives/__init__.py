@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ._export import BUILTIN_MODELS, export_model, prepare_model
 from ._data import SYNTHETIC_CONCEPTS, check_data_dir
-from ._health_config import HEALTH_STATES, HealthConfig, TrialStopped
+from ._health_config import HealthConfig, TrialStopped
 from ._params import (
     TEXTUAL_INVERSION_PARAMS,
     ParamRule,
@@ -16,7 +16,6 @@ from ._params import (
 from ._registry import BUILTIN_OBJECTIVES, ObjectiveSpec, check_plugin_importable, get_objective
 
 __all__ = [
-    "HEALTH_STATES",
     "HealthConfig",
     "TrialStopped",
     "BUILTIN_MODELS",

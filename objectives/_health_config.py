@@ -8,9 +8,6 @@ from typing import Any
 
 from ._phase import PhaseRules
 
-HEALTH_STATES = ("ok", "diverged", "collapsed", "dead_adapter", "oscillating", "degrading")
-
-
 @dataclass(frozen=True)
 class HealthConfig:
     """Thresholds, with their defaults; `csweep run --health KEY=VALUE` overrides them."""

@@ -23,9 +23,6 @@ from typing import Any
 
 import numpy as np
 
-PHASES = ("converging", "flat", "oscillating", "degrading")
-
-
 @dataclass(frozen=True)
 class PhaseRules:
     window: int = 60

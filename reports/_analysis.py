@@ -289,11 +289,15 @@ def coupling_analysis(
     # small matrices: BLAS threads only contend (7x slower on a loaded 2-core machine)
     with warnings.catch_warnings(), threadpool_limits(1):
         warnings.simplefilter("ignore")  # GP fits on few trials warn about length-scale bounds
-        point, best = _pair_effects(_surrogate(x, y, seed, sem=sem), ref, groups, names, pairs, n_levels, grid)
+        fitted = _surrogate(x, y, seed, sem=sem)
+        point, best = _pair_effects(fitted, ref, groups, names, pairs, n_levels, grid)
         for b in range(n_boot):
+            # trials resampled, the surrogate refitted with the fitted kernel's hyperparameters,
+            # and the points the partial dependences average over drawn from the resample
             idx = rng.integers(0, len(x), len(x))
-            model = _surrogate(x[idx], y[idx], seed + b + 1, sem=None if sem is None else sem[idx])
-            shares, bests = _pair_effects(model, ref, groups, names, pairs, n_levels, grid)
+            model = _surrogate(x[idx], y[idx], seed, sem=None if sem is None else sem[idx], kernel=fitted.kernel_)
+            bref = x[idx] if len(idx) <= max_points else x[rng.choice(idx, max_points, replace=False)]
+            shares, bests = _pair_effects(model, bref, groups, names, pairs, n_levels, grid)
             for p in pairs:
                 boots[p].append(shares[p])
             for p, v in bests.items():
@@ -380,7 +384,7 @@ def _law_points(model: Any, ref: np.ndarray, ix: int, iy: int, gx: np.ndarray, g
 
 def fit_power_law(ok: pd.DataFrame, x: str, y: str, *, params: Mapping[str, Mapping[str, Any]] | None = None,
                   categorical: Mapping[str, Sequence[Any]] | None = None, n_boot: int = 30,
-                  max_points: int = 40, seed: int = 0, refit: bool = False) -> LawFit:
+                  max_points: int = 30, seed: int = 0, refit: bool = False) -> LawFit:
     """y* = c · x^alpha, where y*(x) is the y that minimises val_loss at x: read off a GP
     surrogate of all usable trials (the partial dependence of val_loss on x and y, the other
     params averaged out) on a grid of x, then least squares in log-log. The 95% interval of
@@ -406,8 +410,8 @@ def fit_power_law(ok: pd.DataFrame, x: str, y: str, *, params: Mapping[str, Mapp
     sem = sem if (sem > 0).any() else None
     rng = np.random.default_rng(seed)
     ref = design if len(design) <= max_points else design[rng.choice(len(design), max_points, replace=False)]
-    gx = np.linspace(design[:, ix].min(), design[:, ix].max(), 12)
-    gy = np.linspace(0.0, 1.0, 41)
+    gx = np.linspace(design[:, ix].min(), design[:, ix].max(), 10)
+    gy = np.linspace(0.0, 1.0, 33)
 
     def to_log(v: np.ndarray, name: str) -> np.ndarray:
         d = params[name]

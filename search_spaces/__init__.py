@@ -10,6 +10,7 @@ from ._spec import (
     builtin_space_names,
     load_space,
     parse_space,
+    yaml_load,
 )
 
 __all__ = [
@@ -20,4 +21,5 @@ __all__ = [
     "builtin_space_names",
     "load_space",
     "parse_space",
+    "yaml_load",
 ]

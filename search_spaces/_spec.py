@@ -202,6 +202,23 @@ def parse_space(data: Any, *, source: str) -> SearchSpace:
     )
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML as people write numbers: `1e-5` (no dot) is a float, as in YAML 1.2 and Python,
+    where YAML 1.1 (PyYAML) reads it as a string."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def yaml_load(text: str) -> Any:
+    """yaml.safe_load, with numbers such as 1e-5 read as numbers."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+
+
 def builtin_space_names() -> list[str]:
     return sorted(p.name[:-5] for p in resources.files("search_spaces").iterdir() if p.name.endswith(".yaml"))
 
@@ -224,7 +241,7 @@ def load_space(ref: str) -> SearchSpace:
             f"(built-ins: {', '.join(builtin_space_names())})"
         )
     try:
-        data = yaml.safe_load(text)
+        data = yaml_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

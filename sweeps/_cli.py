@@ -124,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(rep)
 
     sub.add_parser("spaces", help="list the built-in search spaces")
+    sub.add_parser("params", help="the built-in objective's parameters: default, rule, meaning")
 
     ui = sub.add_parser("ui", help="start the MLflow UI for a workdir on 127.0.0.1")
     ui.add_argument("--workdir", default=DEFAULT_WORKDIR)
@@ -205,7 +206,10 @@ def check_model(value: str) -> None:
 
 
 def parse_overrides(items: Sequence[str], *, flag: str = "--set") -> dict[str, Any]:
+    """KEY=VALUE pairs, each VALUE read as YAML the way a space file is (1e-4 is a number)."""
     import yaml
+
+    from search_spaces import yaml_load
 
     out: dict[str, Any] = {}
     for item in items:
@@ -213,23 +217,10 @@ def parse_overrides(items: Sequence[str], *, flag: str = "--set") -> dict[str, A
         if not sep or not key.strip():
             raise UsageError(f"{flag} {item!r}: must be KEY=VALUE")
         try:
-            out[key.strip()] = parse_scalar(yaml.safe_load(raw)) if raw.strip() else ""
+            out[key.strip()] = yaml_load(raw) if raw.strip() else ""
         except yaml.YAMLError:
             out[key.strip()] = raw
     return out
-
-
-def parse_scalar(value: Any) -> Any:
-    """YAML's reading of a value, except that numbers as people write them (`1e-4`, which
-    YAML 1.1 reads as a string) are numbers."""
-    if isinstance(value, str):
-        try:
-            number = float(value)
-        except ValueError:
-            return value
-        if value.strip().lower() not in ("nan", "inf", "-inf", "+inf", "infinity", "-infinity"):
-            return number
-    return value
 
 
 def check_objective_params(space: SearchSpace, fixed: dict[str, Any], objective: Any, model: str) -> None:
@@ -507,6 +498,14 @@ def cmd_spaces(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_params(a: argparse.Namespace) -> int:
+    from objectives import TEXTUAL_INVERSION_PARAMS
+
+    for name, rule in TEXTUAL_INVERSION_PARAMS.items():
+        print(f"{name:<20} {str(rule.default):<16} {rule.rule}: {rule.doc}")
+    return 0
+
+
 def cmd_ui(a: argparse.Namespace) -> int:
     workdir = Path(a.workdir).expanduser()
     tracking = a.tracking_uri or default_tracking(workdir)
@@ -534,7 +533,7 @@ def cmd_export_model(a: argparse.Namespace) -> int:
 
 COMMANDS = {
     "run": cmd_run, "report": cmd_report, "resume": cmd_resume, "rerun-front": cmd_rerun_front,
-    "sync": cmd_sync, "spaces": cmd_spaces,
+    "sync": cmd_sync, "spaces": cmd_spaces, "params": cmd_params,
     "ui": cmd_ui, "export-model": cmd_export_model,
 }
 

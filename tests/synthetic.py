@@ -55,3 +55,20 @@ def coupling_study(seed: int, *, n: int = 60, coupled: bool = True, noise: float
     if coupled:
         val = val + 4 * (x["warm"] - 0.5) * (x["sigma"] - 0.5)
     return frame(x, val + rng.normal(0, noise, n))
+
+
+FREEZE_CENTRES = {"embedding_only": -3.0, "attention_only": -2.0, "full": -1.5}
+
+
+def categorical_study(seed: int, *, n: int = 80, noise: float = 0.02) -> pd.DataFrame:
+    """The best lr depends on the freeze mode (10^-3, 10^-2, 10^-1.5): freeze x lr coupled;
+    decay acts alone; targets x init_from interact (categorical x categorical)."""
+    rng = np.random.default_rng(seed)
+    modes = list(FREEZE_CENTRES)
+    x = {"freeze": rng.choice(modes, n), "lr": np.exp(rng.uniform(math.log(1e-4), math.log(1e-1), n)),
+         "decay": rng.uniform(0, 1, n), "targets": rng.choice(["unet", "text"], n),
+         "init_from": rng.choice(["random", "word:cat"], n)}
+    centre = np.array([FREEZE_CENTRES[m] for m in x["freeze"]])
+    val = (np.log10(x["lr"]) - centre) ** 2 + 0.5 * x["decay"]
+    val = val + 2.0 * ((x["targets"] == "unet") == (x["init_from"] == "random"))
+    return frame(x, val + rng.normal(0, noise, n))

@@ -9,6 +9,8 @@ import pytest
 from search_spaces import builtin_space_names, load_space
 from sweeps import main
 
+pytestmark = pytest.mark.slow  # starts Ray and runs real sweeps
+
 
 @pytest.fixture(scope="module", autouse=True)
 def one_ray_for_all():

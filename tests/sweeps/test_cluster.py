@@ -19,6 +19,8 @@ import psycopg
 import pytest
 from mlflow.tracking import MlflowClient
 
+pytestmark = pytest.mark.slow  # starts Ray and runs real sweeps
+
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 PG = "postgresql://postgres:s3cret-pw@127.0.0.1:5432"

@@ -11,6 +11,8 @@ from mlflow.tracking import MlflowClient
 
 from sweeps import main
 
+pytestmark = pytest.mark.slow  # starts Ray and runs real sweeps
+
 SPACE = """
 name: blowup
 params:

@@ -10,6 +10,8 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
+pytestmark = pytest.mark.slow  # starts Ray and runs real sweeps
+
 STEPS = 8
 
 

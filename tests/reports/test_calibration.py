@@ -1,0 +1,107 @@
+"""The analyses judged on synthetic objectives with known truth, across many seeded studies:
+null (additive) objectives, planted couplings, planted laws, seed noise."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from synthetic import (
+    FREEZE_CENTRES,
+    LAW_SPACE,
+    UNIT_SPACE,
+    categorical_study,
+    coupling_study,
+    power_law_study,
+)
+
+from reports import coupling_analysis, fit_power_law, front_probability, noise_floor
+
+STUDIES = range(20)
+TRUE_ALPHA = -0.35
+
+
+@pytest.mark.slow
+def test_an_additive_objective_with_noise_is_never_called_coupled():
+    called = [s for s in STUDIES
+              if any(c.ci_low > 0.05 for c in coupling_analysis(coupling_study(s, coupled=False), UNIT_SPACE,
+                                                                 n_boot=20, seed=s))]
+    assert len(called) <= 1, called  # at least 19 of 20 studies call no pair coupled
+
+
+@pytest.mark.slow
+def test_a_planted_coupling_with_noise_is_ranked_first_and_called_coupled():
+    for s in STUDIES:
+        out = coupling_analysis(coupling_study(s, coupled=True), UNIT_SPACE, n_boot=20, seed=s)
+        assert {out[0].param_a, out[0].param_b} == {"warm", "sigma"}, s
+        assert out[0].verdict().startswith("coupled"), (s, out[0])
+        assert all(c.verdict().startswith("no sign") for c in out[1:]), s
+
+
+@pytest.mark.slow
+def test_a_planted_exponent_is_recovered_within_0_1_without_noise():
+    fits = [fit_power_law(power_law_study(s), "W", "sigma", params=LAW_SPACE, n_boot=10) for s in STUDIES]
+    close = [abs(f.alpha - TRUE_ALPHA) < 0.1 for f in fits]
+    assert sum(close) >= 18, [round(f.alpha, 3) for f in fits]
+    widths = [f.alpha_ci_high - f.alpha_ci_low for f in fits]
+    assert np.median(widths) < 0.1, widths  # the per-bin fit's intervals were 0.3-0.9 wide
+
+
+@pytest.mark.slow
+def test_a_planted_exponents_95_interval_covers_the_truth_under_noise():
+    fits = [fit_power_law(power_law_study(s, noise=0.05), "W", "sigma", params=LAW_SPACE, n_boot=20)
+            for s in STUDIES]
+    covered = [f.alpha_ci_low <= TRUE_ALPHA <= f.alpha_ci_high for f in fits]
+    assert sum(covered) >= 18, [(round(f.alpha_ci_low, 3), round(f.alpha_ci_high, 3)) for f in fits]
+    # and the verdicts on the folk rules follow: both alpha = -0.5 and +0.5 are excluded
+    assert all(f.excludes(-0.5) and f.excludes(0.5) for f in fits)
+
+
+def test_a_planted_law_is_recovered_with_its_interval_in_one_study():
+    fit = fit_power_law(power_law_study(1, noise=0.05), "W", "sigma", params=LAW_SPACE, n_boot=10)
+    assert fit.alpha_ci_low <= TRUE_ALPHA <= fit.alpha_ci_high and abs(fit.alpha - TRUE_ALPHA) < 0.05
+    assert "alpha = -0.5 is excluded" in fit.sentence() and "alpha = +0.5 is excluded" in fit.sentence()
+
+
+def test_categorical_knobs_enter_the_coupling_analysis():
+    df = categorical_study(0)
+    out = coupling_analysis(df, {"lr": {"low": 1e-4, "high": 1e-1, "log": True}, "decay": {"low": 0, "high": 1}},
+                            categorical={"freeze": list(FREEZE_CENTRES), "targets": ["unet", "text"],
+                                         "init_from": ["random", "word:cat"]}, n_boot=10)
+    by_pair = {frozenset((c.param_a, c.param_b)): c for c in out}
+    freeze_lr = by_pair[frozenset(("freeze", "lr"))]
+    assert freeze_lr.kind == "categorical x numeric" and freeze_lr.param_a == "freeze"
+    assert freeze_lr.verdict().startswith("coupled")
+    cat_cat = by_pair[frozenset(("targets", "init_from"))]
+    assert cat_cat.kind == "categorical x categorical" and cat_cat.verdict().startswith("coupled")
+    assert by_pair[frozenset(("decay", "lr"))].verdict().startswith("no sign")
+    assert by_pair[frozenset(("freeze", "decay"))].verdict().startswith("no sign")
+    # the best lr per freeze mode, with its interval, lands on the planted one
+    best = {level: (b, lo, hi) for level, b, lo, hi in freeze_lr.best_by_level}
+    for mode, centre in FREEZE_CENTRES.items():
+        b, lo, hi = best[mode]
+        assert abs(math.log10(b) - centre) < 0.35, (mode, b)
+        assert lo <= b <= hi
+    assert "Best lr per freeze" in freeze_lr.sentence()
+
+
+def test_noise_floor_pools_within_config_replicates():
+    df = power_law_study(0, noise=0.2, n=60, n_seeds=4)
+    floor = noise_floor(df)
+    assert floor.std == pytest.approx(0.2) and floor.dof == 60 * 3
+    assert noise_floor(power_law_study(0, n=30)).std is None
+    assert "not measured" in noise_floor(power_law_study(0, n=30)).sentence()
+
+
+def test_front_probability_reflects_the_noise():
+    df = power_law_study(0, n=6)
+    df["val_loss"] = [1.0, 1.001, 2.0, 3.0, 3.5, 4.0]
+    df["peak_mem_mb"] = [10.0, 9.0, 5.0, 4.0, 6.0, 1.0]
+    # without measured noise, the front is certain
+    assert front_probability(df, [0, 1, 2, 3, 5]) == [1.0] * 5
+    df["n_seeds"], df["val_loss_std"] = 3, 0.05
+    df["val_loss_sem"] = 0.05 / math.sqrt(3)
+    p = dict(zip([0, 1, 2, 3, 5], front_probability(df, [0, 1, 2, 3, 5])))
+    assert p[2] > 0.99 and p[5] > 0.99  # far apart: certain
+    assert 0.3 < p[0] < 0.9  # 0.001 better than #1 at more memory: within noise

@@ -1,0 +1,104 @@
+"""Commands that work on a stored study without Ray: report (MLflow unreachable), rerun-front's
+bad input, params."""
+
+from __future__ import annotations
+
+import socket
+
+import optuna
+import pytest
+from optuna.distributions import FloatDistribution
+from optuna.trial import TrialState, create_trial
+
+from sweeps import _attrs as A
+from sweeps import main
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _study(tmp_path, name="st", *, complete=True):
+    workdir = tmp_path / "csweep_runs"
+    workdir.mkdir(exist_ok=True)
+    storage = f"sqlite:///{workdir / 'optuna.db'}"
+    study = optuna.create_study(study_name=name, storage=storage, directions=["minimize", "minimize"])
+    study.set_user_attr(A.PARENT_RUN, "0123456789abcdef")
+    for i in range(6):
+        x = i / 5
+        if complete:
+            study.add_trial(create_trial(values=[(x - 0.4) ** 2, 10 * x], params={"x": x},
+                                         distributions={"x": FloatDistribution(0, 1)}))
+        else:
+            study.add_trial(create_trial(state=TrialState.FAIL, params={"x": x},
+                                         distributions={"x": FloatDistribution(0, 1)}))
+    return workdir, storage
+
+
+def test_report_with_mlflow_unreachable_writes_the_local_reports_and_says_so(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "3")
+    workdir, _ = _study(tmp_path)
+    rc = main(["report", "st", "--workdir", str(workdir), "--tracking-uri", f"http://127.0.0.1:{_free_port()}"])
+    out = capsys.readouterr()
+    assert rc == 0
+    assert (workdir / "reports/st/index.html").is_file() and (workdir / "reports/st/pareto.csv").is_file()
+    lines = [line for line in out.err.splitlines() if "MLflow" in line]
+    assert len(lines) == 1 and "was not updated" in lines[0] and "local reports are written" in lines[0]
+    assert "Traceback" not in out.err
+
+
+def test_rerun_front_refuses_an_unknown_study_and_an_empty_front(tmp_path, capsys):
+    workdir, _ = _study(tmp_path, complete=False)
+    before = sorted(p.name for p in workdir.iterdir())
+    assert main(["rerun-front", "nope", "--workdir", str(workdir)]) == 2
+    assert "study 'nope': not in storage" in capsys.readouterr().err
+    assert main(["rerun-front", "st", "--workdir", str(workdir)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "front is empty" in err[0]
+    assert sorted(p.name for p in workdir.iterdir()) == before  # nothing written
+
+
+@pytest.mark.parametrize("argv", [["--seeds", "0"], ["--seeds", "-2"], ["--seeds", "two"]])
+def test_bad_seed_counts_are_refused(tmp_path, capsys, argv):
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "warmup_init", "--workdir", str(tmp_path / "w"), *argv])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--seeds" in err[0]
+    assert not (tmp_path / "w").exists()
+
+
+def test_params_lists_every_builtin_parameter_with_its_default(capsys):
+    from objectives import TEXTUAL_INVERSION_PARAMS
+
+    assert main(["params"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == list(TEXTUAL_INVERSION_PARAMS)
+    assert "lr" in lines[1] and "0.005" in lines[1]
+
+
+def test_numbers_as_people_write_them_are_accepted_everywhere(tmp_path, monkeypatch):
+    from sweeps._cli import build_parser, run_config
+
+    space = tmp_path / "s.yaml"
+    space.write_text("name: s\nparams:\n  lr: {type: float, low: 1e-5, high: 1e-2, log: true}\n"
+                     "  init_std: {type: categorical, choices: [1e-3, 1e-2]}\nfixed:\n  steps: 4\n"
+                     "  embedding_lr_ratio: 3e-1\n")
+    argv = ["run", str(space), "--workdir", str(tmp_path / "w"), "--set", "max_grad_norm=1e0",
+            "--health", "degrade_p=1e-3"]
+    cfg = run_config(build_parser().parse_args(argv))
+    lr = cfg.space.params[0]
+    assert (lr.low, lr.high) == (1e-5, 1e-2)
+    assert cfg.space.params[1].choices == (1e-3, 1e-2)
+    assert cfg.fixed["embedding_lr_ratio"] == 0.3 and cfg.fixed["max_grad_norm"] == 1.0
+    assert cfg.health["degrade_p"] == 1e-3
+
+
+def test_a_malformed_number_is_still_one_line_exit_2(tmp_path, capsys):
+    rc = main(["run", "warmup_init", "--workdir", str(tmp_path / "w"), "--set", "lr=1e-4x"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "lr must be a float > 0, got '1e-4x'" in err[0]
+    assert not (tmp_path / "w").exists()
