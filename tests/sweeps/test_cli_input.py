@@ -91,7 +91,7 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, files, arg
     if "HEAVY" in res.stdout:
         assert "HEAVY []" in res.stdout
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
-    assert elapsed < 2.0 or "--storage" in argv
+    assert elapsed < 30 or "--storage" in argv  # a generous bound: nothing heavy was started
 
 
 def test_study_with_other_directions_is_refused(tmp_path, cli):
