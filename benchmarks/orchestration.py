@@ -230,6 +230,7 @@ def main() -> None:
     ap.add_argument("--skip-tune", action="store_true")
     ap.add_argument("--skip-overhead", action="store_true")
     ap.add_argument("--skip-warm", action="store_true")
+    ap.add_argument("--skip-efficiency", action="store_true")
     args = ap.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
@@ -245,7 +246,8 @@ def main() -> None:
     csweep_run(4, 2, SLEEP, tmp / "warm", "warm")  # the first Ray use pays worker start-up
     if not args.skip_overhead:
         overhead(args.n, tmp, tune=not args.skip_tune, repeats=args.repeats)
-    efficiency(tmp)
+    if not args.skip_efficiency:
+        efficiency(tmp)
     ray.shutdown()
     if not args.skip_warm:
         warm_workers()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -345,15 +345,14 @@ class LawFit:
     n_points: int
     points: tuple[tuple[float, float], ...] = ()
     n_trials: int = 0
+    note: str = ""  # why there is no fit
 
     def excludes(self, alpha: float) -> bool:
         return not (self.alpha_ci_low <= alpha <= self.alpha_ci_high)
 
     def sentence(self) -> str:
         if not math.isfinite(self.alpha):
-            return (f"{self.y}*({self.x}) = c·{self.x}^alpha: not enough usable trials to fit "
-                    f"({self.n_trials} usable, {LAW_MIN_TRIALS} needed, or the optimum of {self.y} lies on "
-                    f"the edge of its range at most {self.x}).")
+            return f"{self.y}*({self.x}) = c·{self.x}^alpha: no fit — {self.note or 'not enough usable trials'}."
         verdicts = []
         for a in FOLK_ALPHAS:
             verdicts.append(f"alpha = {a:+.1f} is {'excluded' if self.excludes(a) else 'not excluded'}")
@@ -392,7 +391,8 @@ def fit_power_law(ok: pd.DataFrame, x: str, y: str, *, params: Mapping[str, Mapp
     kernel's hyperparameters kept), y*(x) read off again, regression redone."""
     ok = ok.dropna(subset=["val_loss", x, y])
     ok = ok[(ok[x].astype(float) > 0) & (ok[y].astype(float) > 0)]
-    nan = LawFit(x, y, "power", math.nan, math.nan, math.nan, math.nan, math.nan, 0, n_trials=len(ok))
+    nan = LawFit(x, y, "power", math.nan, math.nan, math.nan, math.nan, math.nan, 0, n_trials=len(ok),
+                 note=f"{len(ok)} usable trials, {LAW_MIN_TRIALS} needed")
     if len(ok) < LAW_MIN_TRIALS:
         return nan
     params = dict(params or {})
@@ -441,7 +441,8 @@ def fit_power_law(ok: pd.DataFrame, x: str, y: str, *, params: Mapping[str, Mapp
         ystar = _law_points(model, ref, ix, iy, gx, gy)
         fit = regress(ystar)
         if fit is None:
-            return nan
+            return replace(nan, note=f"the best {y} lies on the edge of its range at most values of {x} "
+                                     f"({len(ok)} usable trials): widen the range of {y}")
         alphas = []
         for b in range(n_boot):
             idx = rng.integers(0, len(design), len(design))

@@ -134,6 +134,9 @@ def run_link(run_id: str, tracking_uri: str | None, experiment_id: str | None) -
 
 def html_table(df: pd.DataFrame, *, tracking_uri: str | None = None, experiment_id: str | None = None) -> str:
     shown = df.copy()
+    if "node_id" in shown.columns:  # Ray's 56-character node ids: the first 8 shown, the whole on hover
+        shown["node_id"] = [f'<span title="{html.escape(str(n))}">{html.escape(str(n)[:8])}</span>'
+                            if isinstance(n, str) and n else "" for n in shown["node_id"]]
     if "mlflow_run_id" in shown.columns:
         shown["mlflow_run_id"] = [run_link(r, tracking_uri, experiment_id) for r in shown["mlflow_run_id"]]
     return shown.to_html(index=False, escape=False, na_rep="", float_format=lambda v: f"{v:.6g}",

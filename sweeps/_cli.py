@@ -515,9 +515,26 @@ def cmd_ui(a: argparse.Namespace) -> int:
            "--host", a.host, "--port", str(a.port)]
     if a.tracking_uri is None:
         cmd += ["--default-artifact-root", (workdir / "mlartifacts").resolve().as_uri()]
-    print(f"MLflow UI: http://{a.host}:{a.port}  (Ctrl-C to stop)", flush=True)
-    os.execv(sys.executable, cmd)
-    return 0  # not reached
+    import socket
+    import subprocess
+    import time
+
+    proc = subprocess.Popen(cmd)
+    # say where it is once it accepts connections (MLflow takes half a minute to start here)
+    while proc.poll() is None:
+        try:
+            with socket.create_connection((a.host, a.port), timeout=1):
+                break
+        except OSError:
+            time.sleep(0.5)
+    if proc.poll() is None:
+        print(f"MLflow UI: http://{a.host}:{a.port}  (Ctrl-C to stop)", flush=True)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        proc.wait(timeout=30)
+        return 0
 
 
 def cmd_export_model(a: argparse.Namespace) -> int:

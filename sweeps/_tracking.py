@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -208,53 +208,30 @@ class SafeTracker:
     def _failed(self, exc: Exception) -> None:
         self.error = self.error or f"{exc.__class__.__name__}: {str(exc)[:300]}"
 
-    def attach_parent(self, study: Any, *, params: Mapping[str, Any], description: str = "") -> str:
+    def _try(self, fallback: Any, call: Callable[[Tracker], Any]) -> Any:
+        """call(tracker), or the fallback when MLflow is unreachable (the first error is kept)."""
         if self.tracker is None:
-            return ""
+            return fallback
         try:
-            return self.tracker.attach_parent(study, params=params, description=description)
-        except Exception as exc:  # noqa: BLE001
+            return call(self.tracker)
+        except Exception as exc:  # noqa: BLE001 - MLflow down must not stop the sweep
             self._failed(exc)
-            return ""
+            return fallback
+
+    def attach_parent(self, study: Any, *, params: Mapping[str, Any], description: str = "") -> str:
+        return self._try("", lambda t: t.attach_parent(study, params=params, description=description))
 
     def end_parent(self, run_id: str, status: str = "FINISHED", metrics: Mapping[str, float] = {}) -> bool:
-        if self.tracker is None or not run_id:
-            return False
-        try:
-            self.tracker.end_parent(run_id, status, metrics)
-            return True
-        except Exception as exc:  # noqa: BLE001
-            self._failed(exc)
-            return False
+        return bool(run_id) and self._try(False, lambda t: t.end_parent(run_id, status, metrics) or True)
 
     def start_trial(self, parent_id: str, study_name: str, number: int, params: Mapping[str, Any]) -> str:
-        if self.tracker is None:
-            return ""
-        try:
-            return self.tracker.start_trial(parent_id, study_name, number, params)
-        except Exception as exc:  # noqa: BLE001
-            self._failed(exc)
-            return ""
+        return self._try("", lambda t: t.start_trial(parent_id, study_name, number, params))
 
     def finish_trial(self, run_id: str, **record: Any) -> bool:
-        if self.tracker is None or not run_id:
-            return False
-        try:
-            self.tracker.finish_trial(run_id, **record)
-            return True
-        except Exception as exc:  # noqa: BLE001
-            self._failed(exc)
-            return False
+        return bool(run_id) and self._try(False, lambda t: bool(t.finish_trial(run_id, **record)))
 
     def log_files(self, run_id: str, directory: Path, artifact_path: str) -> bool:
-        if self.tracker is None or not run_id:
-            return False
-        try:
-            self.tracker.log_files(run_id, directory, artifact_path)
-            return True
-        except Exception as exc:  # noqa: BLE001
-            self._failed(exc)
-            return False
+        return bool(run_id) and self._try(False, lambda t: t.log_files(run_id, directory, artifact_path) or True)
 
     def end_stale(self, run_id: str, reason: str) -> bool:
         """End the run of a trial whose driver stopped (a run MLflow never saw is fine)."""

@@ -50,6 +50,7 @@ def _load_into(pipe, out: dict, tmp_path, *, sdxl: bool) -> list[str]:
                                           "lora_alpha": 2.0}),
     ("tiny-sdxl", "StableDiffusionXLPipeline", {"lora_rank": 2, "lora_targets": "both"}),
 ])
+@pytest.mark.slow
 def test_exports_load_into_a_pipeline_and_generate(tmp_path, model, pipe_name, params):
     import diffusers
 

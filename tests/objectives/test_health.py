@@ -26,6 +26,7 @@ def test_phase_classifier_labels_synthetic_curves(seed):
     assert {name: classify_phase(c)[0] for name, c in curves.items()} == {n: n for n in curves}
 
 
+@pytest.mark.slow
 def test_a_healthy_default_trial_is_ok():
     out = textual_inversion({"steps": 40})
     report = out["health"]

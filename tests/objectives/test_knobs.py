@@ -100,6 +100,7 @@ def test_freeze_modes_train_exactly_their_set(mode, extra):
     assert out["trainable_params_text"] == sum(p.numel() for n, p in te.named_parameters() if in_set(n))
 
 
+@pytest.mark.slow
 def test_peak_memory_orders_freeze_modes():
     mem = {m: textual_inversion({**FAST, "freeze": m})["peak_mem_mb"]
            for m in ("embedding_only", "attention_only", "full")}
@@ -112,6 +113,7 @@ def test_top_layers_beyond_the_encoder_is_refused():
 
 
 # --- 4) contrastive -------------------------------------------------------------------------
+@pytest.mark.slow
 def test_contrastive_off_at_weight_zero_and_costs_memory_when_on():
     plain = textual_inversion({**FAST, "seed": 5})
     zero = textual_inversion({**FAST, "seed": 5, "contrastive_weight": 0.0, "contrastive_margin": 1.0})
@@ -146,6 +148,7 @@ def test_lora_parameter_counts_equal_the_closed_form(rank, targets):
     assert unet_expected + text_expected > 0
 
 
+@pytest.mark.slow
 def test_peak_memory_grows_with_lora_rank():
     mem = [textual_inversion({**FAST, "lora_rank": r})["peak_mem_mb"] for r in (0, 2, 8)]
     assert mem[0] < mem[1] < mem[2]
@@ -159,6 +162,7 @@ def test_lora_alpha_defaults_to_rank():
 
 
 # --- 6) embedding_dim ------------------------------------------------------------------------
+@pytest.mark.slow
 def test_embedding_dim_below_hidden_trains_only_z():
     out, box = trained_parts({"embedding_dim": 8})
     ce = box["concept_embeddings"][0]
@@ -186,6 +190,7 @@ def test_embedding_lr_is_ratio_times_lr():
     assert out["history"]["lr"] == pytest.approx([3e-3] * 3)
 
 
+@pytest.mark.slow
 def test_grad_clipping_changes_the_update():
     off = {"early_stop": False}
     a = textual_inversion({**FAST, "lr": 1.0, "seed": 2}, health=off)
@@ -198,6 +203,7 @@ def test_fp16_is_refused_on_cpu():
         textual_inversion({**FAST, "precision": "fp16"})
 
 
+@pytest.mark.slow
 def test_bf16_trains_with_fp32_trainables_and_less_memory():
     out, box = trained_parts({"precision": "bf16", "lora_rank": 2})
     assert all(p.dtype == torch.float32 for p in box["trainables"].named().values())

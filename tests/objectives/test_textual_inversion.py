@@ -48,6 +48,7 @@ def test_only_placeholder_rows_change(trained):
     assert not torch.allclose(learned, init, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_same_params_and_seed_give_same_result(trained):
     _, _, _, first = trained
     again = textual_inversion({**FAST, "seed": 3})
@@ -57,6 +58,7 @@ def test_same_params_and_seed_give_same_result(trained):
     assert other_seed["val_loss"] != first["val_loss"]
 
 
+@pytest.mark.slow
 def test_validation_draws_do_not_depend_on_the_trial():
     # before any training, every trial is scored on the same draws
     a = textual_inversion({"steps": 1, "lr": 1e-9, "seed": 1, "init_std": 0.02})
@@ -64,6 +66,7 @@ def test_validation_draws_do_not_depend_on_the_trial():
     assert a["val_loss_init"] == b["val_loss_init"]
 
 
+@pytest.mark.slow
 def test_cpu_peak_memory_is_deterministic_and_grows_with_batch():
     small = [textual_inversion({"steps": 2, "batch_size": 2, "seed": s})["peak_mem_mb"] for s in (0, 1)]
     large = textual_inversion({"steps": 2, "batch_size": 8})
@@ -74,7 +77,7 @@ def test_cpu_peak_memory_is_deterministic_and_grows_with_batch():
 
 def test_init_from_word_copies_that_row():
     base = cached_base_model("tiny", "cpu")
-    out = textual_inversion({"steps": 1, "lr": 1e-12, "init_from": "word:dog"})
+    out = with_embeddings({"steps": 1, "lr": 1e-12, "init_from": "word:dog"})
     dog = base.tokenizer("dog", add_special_tokens=False).input_ids
     row = _embeddings_module(base.text_encoder).token_embedding.weight[dog[0]]
     for vec in out["embeddings"].values():
@@ -91,6 +94,7 @@ def test_lr_warmup_follows_diffusers_schedule():
     assert out["history"]["lr"] == pytest.approx([0.0, 0.0025, 0.005, 0.0075, 0.01, 0.01])
 
 
+@pytest.mark.slow
 def test_local_diffusers_folder_loads_the_same_model(tmp_path):
     path = export_model("tiny", tmp_path / "tiny-sd")
     assert (path / "model_index.json").is_file()

@@ -1,37 +1,37 @@
-"""Every built-in search space runs 2 trials end to end (few steps) through `csweep run`."""
+"""Every built-in search space trains: both ends of every range (and every choice) of each space,
+through the objective as a worker runs it, a few steps each. `csweep run` itself is driven end
+to end in test_sweep_e2e.py."""
 
 from __future__ import annotations
 
-import optuna
-import pandas as pd
 import pytest
 
 from search_spaces import builtin_space_names, load_space
-from sweeps import main
+from sweeps._result import Kind
+from sweeps._workers import run_trial
 
-pytestmark = pytest.mark.slow  # starts Ray and runs real sweeps
+pytestmark = pytest.mark.slow  # trains the tiny model a few times per space
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_ray_for_all():
-    yield
-    import ray
-
-    ray.shutdown()
+def corner_configs(space) -> list[dict]:
+    """Two configs: every param at its low end (first choice), then at its high end (last)."""
+    lows = {p.name: p.extremes()[0] for p in space.params}
+    highs = {p.name: p.extremes()[-1] for p in space.params}
+    return [lows, highs]
 
 
 @pytest.mark.parametrize("name", builtin_space_names())
-def test_builtin_space_runs_two_trials(name, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    rc = main(["run", name, "--trials", "2", "--workers", "2", "--set", "steps=3", "--no-progress",
-               "--seed", "0"])
-    assert rc == 0
-    study = optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path / 'csweep_runs/optuna.db'}")
-    states = [t.state.name for t in study.trials]
-    # a trial may be stopped by the health checks (PRUNED, with its reason); none may fail
-    assert len(states) == 2 and set(states) <= {"COMPLETE", "PRUNED"}, [
-        t.user_attrs.get("fail_reason") for t in study.trials]
-    assert "COMPLETE" in states
-    trials = pd.read_csv(tmp_path / f"csweep_runs/reports/{name}/trials.csv")
-    assert set(p.name for p in load_space(name).params) <= set(trials.columns)
-    assert trials["val_loss"].notna().all() and (trials["peak_mem_mb"] > 0).all()
+def test_builtin_space_trains_at_both_ends_of_its_ranges(name):
+    space = load_space(name)
+    results = []
+    for params in corner_configs(space):
+        config = {**space.fixed, **params, "steps": 3}
+        results.append(run_trial("objectives._textual_inversion:textual_inversion", True, config,
+                                 model="tiny", data=None))
+    # a config may be stopped by the health checks (pruned, with its reason); none may fail
+    assert all(r.kind in (Kind.OK, Kind.PRUNED) for r in results), [r.reason for r in results]
+    assert any(r.kind is Kind.OK for r in results)
+    for r in results:
+        if r.kind is Kind.OK:
+            assert r.metrics["val_loss"] > 0 and r.metrics["peak_mem_mb"] > 0
+            assert r.config["steps"] == 3 and "precision" in r.config  # the resolved config

@@ -168,3 +168,19 @@ def test_plain_runs_give_the_objective_its_seed():
     pool = FakePool(1, lambda p, n: (1.0, ok(0.5)))
     drive(pool, trials=2, fixed={"seed": 11})
     assert [p["seed"] for p in pool.started_params] == [11, 11]
+
+
+def test_the_same_seed_samples_the_same_sequence_and_a_rerun_new_points():
+    """`--seed K` on a fresh study samples the same sequence; a rerun on it seeds K + trials."""
+    from sweeps._study import make_sampler, open_study
+
+    def sweep(storage, n_runs=1):
+        for _ in range(n_runs):
+            st = open_study("s", storage, sampler_factory=lambda n: make_sampler("tpe", seed=11 + n, workers=1))
+            drive(FakePool(1, lambda p, n: (1.0, ok((p["x"] - 0.3) ** 2))), trials=12, st=st)
+        return [t.params["x"] for t in st.trials]
+
+    first, second = sweep(optuna.storages.InMemoryStorage()), sweep(optuna.storages.InMemoryStorage())
+    assert first == second and len(set(first)) == 12
+    twice = sweep(optuna.storages.InMemoryStorage(), n_runs=2)
+    assert twice[:12] == first and not set(twice[12:]) & set(first)
