@@ -47,7 +47,10 @@ def objective(params):
         import torch
 
         raise torch.OutOfMemoryError("planted: CUDA out of memory. Tried to allocate 2.00 GiB")
-    return {"val_loss": (x - 0.3) ** 2 + (y - 0.5) ** 2, "peak_mem_mb": 100 * x + 10 * y, "extra": x * y}
+    if params.get("seeds_dir"):  # the seed each replicate was given
+        open(os.path.join(params["seeds_dir"], f"{x:.6f}-{params['seed']}"), "w").close()
+    wobble = (params.get("noise") or 0) * ((params.get("seed", 0) * 7919) % 101) / 100
+    return {"val_loss": (x - 0.3) ** 2 + (y - 0.5) ** 2 + wobble, "peak_mem_mb": 100 * x + 10 * y, "extra": x * y}
 '''
 
 ANALYTIC_SPACE = """
@@ -65,6 +68,8 @@ fixed:
   pid_dir: null
   calls_dir: null
   die_on_call: null
+  seeds_dir: null
+  noise: 0
 """
 
 

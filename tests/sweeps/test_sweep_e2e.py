@@ -10,6 +10,8 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
+from helpers import load
+
 pytestmark = pytest.mark.slow  # starts Ray and runs real sweeps
 
 STEPS = 8
@@ -213,3 +215,34 @@ def test_ui_serves_the_study_on_loopback(tiny_sweep):
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
+
+
+def test_seed_replicates_and_rerun_front(analytic_project, cli):
+    seeds = analytic_project / "seeds"
+    seeds.mkdir()
+    res = cli("run", "analytic.yaml", "--trials", "5", "--workers", "2", "--seeds", "2", "--set", "noise=0.01",
+              "--set", f"seeds_dir={seeds}", "--no-progress", cwd=analytic_project)
+    assert res.returncode == 0, res.stderr
+    study, client = load(analytic_project)
+    for t in study.trials:
+        assert t.user_attrs["n_seeds"] == 2 and t.user_attrs["seeds"] == [0, 1]
+        reps = t.user_attrs["val_loss_replicates"]
+        assert t.values[0] == pytest.approx(sum(reps) / 2) and t.user_attrs["val_loss_std"] > 0
+        run = client.get_run(t.user_attrs["mlflow_run_id"])
+        assert run.data.metrics["val_loss_sem"] == pytest.approx(t.user_attrs["val_loss_sem"])
+        history = client.get_metric_history(run.info.run_id, "replicate_val_loss")
+        assert [m.value for m in sorted(history, key=lambda m: m.step)] == pytest.approx(reps)
+        # the plug-in got each replicate's seed as params["seed"]
+        assert {f"{t.params['x']:.6f}-0", f"{t.params['x']:.6f}-1"} <= {p.name for p in seeds.iterdir()}
+    summary = json.loads((analytic_project / "csweep_runs/reports/analytic/summary.json").read_text())
+    assert summary["noise_floor_std"] > 0 and summary["noise_floor_dof"] == 5
+    front = pd.read_csv(analytic_project / "csweep_runs/reports/analytic/pareto.csv")
+    assert front["p_front"].between(0, 1).all() and front["val_loss_sem"].notna().all()
+    # the front re-trained with 3 fresh seeds: new trials, same configs, seeds none used before
+    res = cli("rerun-front", "analytic", "--seeds", "3", "--workers", "2", "--no-progress", cwd=analytic_project)
+    assert res.returncode == 0, res.stderr
+    study, _ = load(analytic_project)
+    new = study.trials[5:]
+    assert len(new) == len(front)
+    assert sorted(t.params["x"] for t in new) == sorted(front["x"])
+    assert all(t.user_attrs["n_seeds"] == 3 and t.user_attrs["seeds"] == [2, 3, 4] for t in new)
