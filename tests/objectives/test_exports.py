@@ -78,6 +78,7 @@ def test_exports_load_into_a_pipeline_and_generate(tmp_path, model, pipe_name, p
     assert image.shape == (1, 32, 32, 3) and np.isfinite(image).all()
 
 
+@pytest.mark.slow
 def test_lora_export_carries_alpha_metadata():
     from safetensors import safe_open
 

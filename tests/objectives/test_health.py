@@ -115,6 +115,7 @@ def test_health_settings_are_validated():
         HealthConfig.from_mapping({"max_norm_ratio": -1})
 
 
+@pytest.mark.slow
 def test_gradient_health_per_module_is_in_health_json():
     out = textual_inversion({"steps": 12, "lora_rank": 2, "lora_targets": "both"},
                             health={"check_every": 5})

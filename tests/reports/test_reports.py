@@ -84,6 +84,7 @@ def test_coupling_ranks_the_planted_interaction_first_and_additive_pairs_near_ze
     assert "coupled" in out[0].sentence() and "tuned one at a time" in additive.sentence()
 
 
+@pytest.mark.slow
 def test_planted_power_law_is_recovered_within_its_interval():
     rng = np.random.default_rng(2)
     n = 240
