@@ -117,5 +117,9 @@ def open_study(
         study_name=name, storage=storage, directions=list(DIRECTIONS),
         sampler=sampler_factory(n_existing), load_if_exists=True,
     )
-    study.set_metric_names(list(OBJECTIVES))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names(list(OBJECTIVES))
     return study
