@@ -158,6 +158,7 @@ def test_report_of_a_messy_running_study(messy_study, tmp_path):
     assert page.count("<script") >= 1 and "data:image/png;base64," in page
 
 
+@pytest.mark.slow
 def test_index_html_renders_in_headless_chromium(messy_study, tmp_path):
     from PIL import Image
 
