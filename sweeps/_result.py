@@ -122,16 +122,16 @@ def tell(study: Any, trial: Any, result: TrialResult, *, max_mem_mb: float | Non
     placeholder numbers."""
     from optuna.trial import TrialState
 
-    # every attr is a storage write: what the state already says (a one-seed trial with an ok
-    # outcome) is not written again, so that --seeds 1 costs what a trial always cost
+    # every attr is a storage write: what the state already says (an ok outcome, the seed of a
+    # one-seed trial) is not written again, so that --seeds 1 costs about what a trial cost
     trial.set_user_attr(A.NODE_ID, result.node)
     if result.kind is not Kind.OK:
         trial.set_user_attr(A.OUTCOME, result.kind.value)
     if "health" in result.tags:
         trial.set_user_attr(A.HEALTH, result.tags["health"])
+    trial.set_user_attr(A.N_SEEDS, max(1, len(result.replicates)))  # part of the user-facing contract
     if len(result.replicates) > 1:
         trial.set_user_attr(A.SEEDS, result.seeds)
-        trial.set_user_attr(A.N_SEEDS, len(result.replicates))
     if result.kind is Kind.OK:
         m = result.metrics
         if A.VAL_LOSS_STD in m:
