@@ -144,7 +144,7 @@ def _design(ok: pd.DataFrame, params: Mapping[str, Mapping[str, Any]],
 
 
 def _surrogate(x: np.ndarray, y: np.ndarray, seed: int, *, sem: np.ndarray | None = None,
-               kernel: Any = None, refit: bool = False) -> Any:
+               kernel: Any = None) -> Any:
     """Matérn 5/2 GP with a noise term. Where the seed noise is measured it enters per trial
     (sem^2 on the diagonal); the white-noise term takes the rest. With `kernel` given (fitted
     before), its hyperparameters are kept (bootstrap refits)."""
@@ -159,8 +159,6 @@ def _surrogate(x: np.ndarray, y: np.ndarray, seed: int, *, sem: np.ndarray | Non
         ) + WhiteKernel(1e-2, (1e-6, 1.0))
         gp = GaussianProcessRegressor(kernel=kernel, alpha=alpha, normalize_y=True, random_state=seed,
                                       n_restarts_optimizer=1)
-    elif refit:  # hyperparameters refitted, starting from the given ones
-        gp = GaussianProcessRegressor(kernel=kernel, alpha=alpha, normalize_y=True, random_state=seed)
     else:
         gp = GaussianProcessRegressor(kernel=kernel, alpha=alpha, normalize_y=True, optimizer=None)
     return gp.fit(x, y)
@@ -227,7 +225,6 @@ def _pair_effects(model: Any, ref: np.ndarray, groups: dict[str, list[int]], nam
     by the total variance as a second-order functional ANOVA term), and for categorical x
     numeric pairs the numeric value (on `grid`, scaled) that minimises PD_ab per level."""
     total = float(np.var(model.predict(ref)))
-    n = len(ref)
 
     def pd_at(params: tuple[str, ...]) -> np.ndarray:
         cols = [c for p in params for c in groups[p]]
@@ -250,7 +247,6 @@ def _pair_effects(model: Any, ref: np.ndarray, groups: dict[str, list[int]], nam
                 onehot[:, level] = 1.0
                 rows.append(float(grid[np.argmin(_pd_grid(model, ref, np.column_stack([onehot, grid]), cols))]))
             best[(a, b)] = rows
-    del n
     return shares, best
 
 
@@ -383,7 +379,7 @@ def _law_points(model: Any, ref: np.ndarray, ix: int, iy: int, gx: np.ndarray, g
 
 def fit_power_law(ok: pd.DataFrame, x: str, y: str, *, params: Mapping[str, Mapping[str, Any]] | None = None,
                   categorical: Mapping[str, Sequence[Any]] | None = None, n_boot: int = 30,
-                  max_points: int = 30, seed: int = 0, refit: bool = False) -> LawFit:
+                  max_points: int = 30, seed: int = 0) -> LawFit:
     """y* = c · x^alpha, where y*(x) is the y that minimises val_loss at x: read off a GP
     surrogate of all usable trials (the partial dependence of val_loss on x and y, the other
     params averaged out) on a grid of x, then least squares in log-log. The 95% interval of
@@ -447,7 +443,7 @@ def fit_power_law(ok: pd.DataFrame, x: str, y: str, *, params: Mapping[str, Mapp
         for b in range(n_boot):
             idx = rng.integers(0, len(design), len(design))
             boot = _surrogate(design[idx], vals[idx], seed, sem=None if sem is None else sem[idx],
-                              kernel=model.kernel_, refit=refit)
+                              kernel=model.kernel_)
             # the other params' values averaged over are data too: drawn from the resample
             bref = design[idx] if len(idx) <= max_points else design[rng.choice(idx, max_points, replace=False)]
             got = regress(_law_points(boot, bref, ix, iy, gx, gy))

@@ -402,16 +402,16 @@ def cmd_resume(a: argparse.Namespace) -> int:
     from ._tracking import SafeTracker
 
     workdir, storage, study = _open_existing(a)
-    probe = _stored_config(a, study, workdir, storage, trials=1)
+    cfg = _stored_config(a, study, workdir, storage, trials=0)
     mlflow = None
     if study.user_attrs.get(A.PARENT_RUN):
-        mlflow = SafeTracker(probe.tracking_uri, a.study, artifact_root=probe.artifact_root)
+        mlflow = SafeTracker(cfg.tracking_uri, a.study, artifact_root=cfg.artifact_root)
     redo, remaining = prepare_resume(study, mlflow)
     if remaining == 0:
         out = write_study_reports(study, workdir, mlflow, study.user_attrs.get(A.PARENT_RUN))
         print(f"study {a.study}: nothing left to run ({len(study.trials)} trials); reports: {out}")
         return 0
-    cfg = _stored_config(a, study, workdir, storage, trials=remaining, enqueue=redo)
+    cfg = dataclasses.replace(cfg, trials=remaining, enqueue=redo)
     print(f"study {a.study}: resuming {remaining} trial(s), {len(redo)} of them re-runs of unfinished ones",
           file=sys.stderr)
     return _finish(run_sweep(cfg), workdir, a.tracking_uri, cfg.tracking_uri)
@@ -479,9 +479,9 @@ def cmd_report(a: argparse.Namespace) -> int:
         mlflow = SafeTracker(tracking, s.study_name, artifact_root=artifact_root_for(tracking, workdir)) if parent else None
         out = write_study_reports(s, workdir, mlflow, parent)
         print(f"reports: {out}")
-        if mlflow is not None and mlflow.error:
-            print(f"csweep: MLflow at {_redacted(tracking)} was not updated ({mlflow.error}); "
-                  "the local reports are written", file=sys.stderr)
+        line = mlflow.unreachable_line(s.study_name, written="the local reports are written") if mlflow else ""
+        if line:
+            print(line, file=sys.stderr)
     if len(studies) > 1:
         from reports import write_comparison
 

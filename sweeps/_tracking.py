@@ -198,10 +198,6 @@ class SafeTracker:
             self._failed(exc)
 
     @property
-    def reachable(self) -> bool:
-        return self.tracker is not None and not self.error
-
-    @property
     def experiment_id(self) -> str | None:
         return self.tracker.experiment_id if self.tracker is not None else None
 
@@ -256,12 +252,14 @@ class SafeTracker:
             return ""
         return runs[0].info.run_id if runs else ""
 
-    def unreachable_line(self, study_name: str) -> str:
-        """The one line a command prints when MLflow could not be updated ("" when it was)."""
+    def unreachable_line(self, study_name: str, *, written: str = "") -> str:
+        """The one line a command prints when MLflow could not be updated ("" when it was);
+        `written` says what was kept instead (the default: the results, in the Optuna storage)."""
         if not self.error:
             return ""
-        return (f"csweep: MLflow at {redact(self.uri)} was not updated ({self.error}); results are in the "
-                f"Optuna storage, `csweep sync {study_name}` back-fills MLflow once it is reachable")
+        written = written or "results are in the Optuna storage"
+        return (f"csweep: MLflow at {redact(self.uri)} was not updated ({self.error}); {written}, "
+                f"`csweep sync {study_name}` back-fills MLflow once it is reachable")
 
 
 def _param_str(v: Any) -> str:
