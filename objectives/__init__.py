@@ -13,6 +13,7 @@ from ._params import (
     model_limits,
     resolve_params,
 )
+from ._samples import SampleConfig, training_grids
 from ._registry import BUILTIN_OBJECTIVES, ObjectiveSpec, check_plugin_importable, get_objective
 
 __all__ = [
@@ -24,6 +25,8 @@ __all__ = [
     "BUILTIN_OBJECTIVES",
     "ObjectiveSpec",
     "ParamRule",
+    "SampleConfig",
+    "training_grids",
     "SYNTHETIC_CONCEPTS",
     "TEXTUAL_INVERSION_PARAMS",
     "check_against_model",

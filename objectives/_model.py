@@ -172,95 +172,68 @@ def condition(
     return hidden, added
 
 
-# The tiny models' definition: the config above, seeded weights, then this short deterministic
-# pretraining on captioned coloured shapes, so that their denoising depends on the prompt and a
-# learned concept embedding has something to steer. Bump TINY_VERSION when any of it changes.
-TINY_VERSION = "3"
-TINY_PRETRAIN = {"steps": 240, "batch_size": 16, "lr": 2e-3, "seed": 0, "images_per_caption": 8}
+# The tiny models' definition: the config above, seeded weights, then the world pretraining of
+# `_world` (a VAE for coloured shapes, a denoiser that draws captions). Bump TINY_VERSION when any
+# of it changes, and rerun scripts/build_tiny_models.py, which writes the shipped weights.
+TINY_VERSION = "4"
 TINY_MODELS = ("tiny", "tiny-sdxl")
+SHIPPED = Path(__file__).parent / "tiny_models"
 
 
 def cache_root() -> Path:
     return Path(os.environ.get("CSWEEP_CACHE", Path.home() / ".cache" / "csweep"))
 
 
-def _pretrain(parts: dict[str, Any], *, steps: int, batch_size: int, lr: float, seed: int,
-              images_per_caption: int) -> None:
-    import numpy as np
-    import torch.nn.functional as F
-    from diffusers.optimization import get_scheduler
-
-    from ._data import COLORS, SHAPES, draw
-
-    tok, encoders, unet, vae, sched = (
-        parts["tokenizers"][0], parts["text_encoders"], parts["unet"], parts["vae"], parts["scheduler"]
-    )
-    rng = np.random.default_rng(seed)
-    combos = [(c, s) for c in COLORS for s in SHAPES]
-    images, labels = [], []
-    for i, (color, shape) in enumerate(combos):
-        images += [draw(color, shape, rng, TINY_RESOLUTION) for _ in range(images_per_caption)]
-        labels += [i] * images_per_caption
-    with torch.no_grad():
-        raw = vae.encode(torch.from_numpy(np.stack(images))).latent_dist.mean
-    # as SD's 0.18215, a scaling factor that gives the latents unit variance
-    vae.register_to_config(scaling_factor=round(1.0 / float(raw.std()), 4))
-    latents = raw * vae.config.scaling_factor
-    captions = [f"a photo of a {c} {s}" for c, s in combos]
-    ids = tok(captions, padding="max_length", max_length=tok.model_max_length, return_tensors="pt").input_ids
-    labels_t = torch.tensor(labels)
-    gen = torch.Generator().manual_seed(seed)
-    params = list(unet.parameters())
-    for module in [unet, *encoders]:
-        module.train().requires_grad_(True)
-    params = [p for m in [unet, *encoders] for p in m.parameters()]
-    opt = torch.optim.AdamW(params, lr=lr)
-    lr_sched = get_scheduler("cosine", opt, num_warmup_steps=steps // 10, num_training_steps=steps)
-    for _ in range(steps):
-        idx = torch.randint(0, len(labels), (batch_size,), generator=gen)
-        lat = latents[idx]
-        noise = torch.randn(lat.shape, generator=gen)
-        t = torch.randint(0, sched.config.num_train_timesteps, (batch_size,), generator=gen)
-        batch_ids = ids[labels_t[idx]]
-        cond, added = condition(encoders, [batch_ids] * len(encoders), resolution=TINY_RESOLUTION)
-        pred = unet(sched.add_noise(lat, noise, t), t, encoder_hidden_states=cond,
-                    added_cond_kwargs=added).sample
-        F.mse_loss(pred, noise).backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        lr_sched.step()
-        opt.zero_grad(set_to_none=True)
+def shipped_dir(name: str) -> Path:
+    return SHIPPED / name
 
 
 def tiny_cache_dir(name: str = "tiny") -> Path:
-    key = hashlib.sha256(json.dumps([TINY_VERSION, TINY_PRETRAIN, _WORDS, name]).encode()).hexdigest()[:12]
+    from ._world import WORLD_PRETRAIN
+
+    key = hashlib.sha256(json.dumps([TINY_VERSION, WORLD_PRETRAIN, _WORDS, name]).encode()).hexdigest()[:12]
     return cache_root() / f"{name}-{key}"
 
 
-def build_tiny(name: str = "tiny") -> BaseModel:
-    """A built-in model (tiny: SD 1.x-shaped; tiny-sdxl: SDXL-shaped), built from config in
-    code and pretrained briefly.
+def tiny_dir(name: str) -> Path:
+    """Where built-in model `name` is read from: the weights shipped with the package, else the
+    machine's build cache (after `build_tiny` has filled it)."""
+    shipped = shipped_dir(name)
+    return shipped if (shipped / "model_index.json").is_file() else tiny_cache_dir(name)
 
-    Built once per machine into the cache (CSWEEP_CACHE, else ~/.cache/csweep), under a file
-    lock so that workers starting together build it once; later loads read the cache.
+
+def build_tiny_parts(name: str, tmp: Path, progress: Any = None, **overrides: Any) -> dict[str, Any]:
+    """The model from scratch: seeded components, then the world pretraining."""
+    from ._world import pretrain_world
+
+    parts = _tiny_components(tmp / "tokenizer-src", sdxl=name == "tiny-sdxl")
+    pretrain_world(parts, res=TINY_RESOLUTION, progress=progress, **overrides)
+    return parts
+
+
+def build_tiny(name: str = "tiny", progress: Any = None) -> BaseModel:
+    """A built-in model (tiny: SD 1.x-shaped; tiny-sdxl: SDXL-shaped).
+
+    Loaded from the weights shipped with the package; where they are missing, built once per
+    machine into the cache (CSWEEP_CACHE, else ~/.cache/csweep) under a file lock, so that
+    workers starting together build it once and later loads read the cache.
     """
     import fcntl
 
     if name not in TINY_MODELS:
         raise ValueError(f"model {name!r} is not built in (built-ins: {', '.join(TINY_MODELS)})")
-    target = tiny_cache_dir(name)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{target.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (target / "model_index.json").is_file():
-            tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".building-"))
-            try:
-                parts = _tiny_components(tmp / "tokenizer-src", sdxl=name == "tiny-sdxl")
-                _pretrain(parts, **TINY_PRETRAIN)
-                _save_pipeline(parts, tmp / "model")
-                os.replace(tmp / "model", target)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
+    target = tiny_dir(name)
+    if target != shipped_dir(name):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target.parent / f".{target.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (target / "model_index.json").is_file():
+                tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".building-"))
+                try:
+                    _save_pipeline(build_tiny_parts(name, tmp, progress), tmp / "model")
+                    os.replace(tmp / "model", target)
+                finally:
+                    shutil.rmtree(tmp, ignore_errors=True)
     base = load_local(target)
     base.source = name
     return base

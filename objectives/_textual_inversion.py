@@ -27,6 +27,7 @@ from ._health_config import HealthConfig, TrialStopped
 from ._memory import MemoryMeter
 from ._model import BaseModel, condition, load_base_model
 from ._params import resolve_params
+from ._samples import SampleConfig, draw_samples
 
 # Validation draws are constants of csweep, not of a trial: every trial of every study is scored
 # on the same timesteps and the same noise.
@@ -226,10 +227,12 @@ def textual_inversion(
     model: str = "tiny",
     data: str | None = None,
     health: HealthConfig | Mapping[str, Any] | None = None,
+    samples: SampleConfig | Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train concept embeddings (and what the knobs unfreeze); returns val_loss, peak_mem_mb,
-    metrics, per-step history and the learned weights as diffusers-loadable files."""
-    return train(params, model=model, data=data, health=health).result
+    metrics, per-step history, the learned weights as diffusers-loadable files and, when
+    `samples` is given and enabled, a grid of sample images per concept."""
+    return train(params, model=model, data=data, health=health, samples=samples).result
 
 
 def train(
@@ -238,11 +241,13 @@ def train(
     model: str = "tiny",
     data: str | None = None,
     health: HealthConfig | Mapping[str, Any] | None = None,
+    samples: SampleConfig | Mapping[str, Any] | None = None,
     on_step: StepCallback | None = None,
 ) -> Trained:
     """The textual-inversion run itself (`on_step(step, metrics)` after every step)."""
     cfg = resolve_params(params)
     hcfg = health if isinstance(health, HealthConfig) else HealthConfig.from_mapping(health or {})
+    scfg = samples if isinstance(samples, SampleConfig) else SampleConfig.from_mapping(samples or {"enabled": False})
     device = pick_device()
     if cfg["precision"] == "fp16" and device.type != "cuda":
         raise ValueError("precision fp16 needs a CUDA device (GradScaler); this worker has none: use bf16 or fp32")
@@ -485,11 +490,19 @@ def train(
     finally:
         for emb, base_tok in saved_embs:
             emb.token_embedding = base_tok
+    sample_metrics: dict[str, float] = {}
+    if scfg.enabled:
+        drawn_at = time.perf_counter()
+        drawn = draw_samples(base, encoders, unet, artifacts, concepts.names, scfg, device)
+        for name in concepts.names:
+            artifacts[f"samples/{name}.png"] = drawn.grid_png(name)
+        sample_metrics["sample_seconds"] = time.perf_counter() - drawn_at
     result = {
         **final,
         "peak_mem_mb": peak,
         "val_loss_init": val_init,
-        "train_seconds": time.perf_counter() - started,
+        "train_seconds": time.perf_counter() - started - sample_metrics.get("sample_seconds", 0.0),
+        **sample_metrics,
         "trainable_params": sum(counts.values()),
         **{f"trainable_params_{k}": v for k, v in counts.items()},
         **health_metrics,

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ._gallery import GALLERY_CSS
 from ._tables import html_table
 
 CSS = """
@@ -31,7 +32,7 @@ def _img(path: Path, caption: str) -> str:
 
 
 def render_page(rep: Any, *, images: Mapping[str, Path], figure: Any, tracking_uri: str | None,
-                experiment_id: str | None) -> str:
+                experiment_id: str | None, gallery: str = "") -> str:
     s = rep.summary
     esc = html.escape
     counts = "".join(f"<div class='card'>{esc(k)}<b>{v}</b></div>" for k, v in sorted(s["counts_by_state"].items()))
@@ -45,7 +46,7 @@ def render_page(rep: Any, *, images: Mapping[str, Path], figure: Any, tracking_u
 
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
-        f"<title>csweep report: {esc(rep.name)}</title><style>{CSS}</style></head><body>",
+        f"<title>csweep report: {esc(rep.name)}</title><style>{CSS}{GALLERY_CSS}</style></head><body>",
         f"<h1>{esc(rep.name)}</h1><p class='muted'>csweep report — objectives: minimize val_loss, "
         f"minimize peak_mem_mb{'; memory budget ' + str(s['max_mem_mb']) + ' MB' if s['max_mem_mb'] else ''}.</p>",
         f"<div class='cards'><div class='card'>trials<b>{s['n_trials']}</b></div>{counts}"
@@ -60,6 +61,7 @@ def render_page(rep: Any, *, images: Mapping[str, Path], figure: Any, tracking_u
         figure.to_html(full_html=False, include_plotlyjs=True),
         "<h3>Front table</h3><div class='scroll'>",
         html_table(rep.front, tracking_uri=tracking_uri, experiment_id=experiment_id), "</div>",
+        gallery,
         "<h2>Coupling</h2><p class='muted'>Share of val_loss variance due to each pair's interaction "
         "(second-order functional ANOVA term on a Gaussian-process surrogate of the usable trials, "
         "categorical knobs one-hot, 95% bootstrap interval), strongest first. For a categorical knob against "

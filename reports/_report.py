@@ -22,6 +22,7 @@ from ._analysis import (
     reference_point,
     scaling_frame,
 )
+from ._gallery import gallery_html, hover_script
 from ._page import render_page
 from ._plots import (
     front_figure,
@@ -136,8 +137,9 @@ def _declared_pairs(study: Any, numeric: dict[str, Any], couplings: list[Any]) -
 
 
 def write_study_report(study: Any, out_dir: Path, *, tracking_uri: str | None = None,
-                       n_boot: int = 20) -> dict[str, Path]:
-    """Every report file of one study into out_dir; returns them by file name."""
+                       n_boot: int = 20, samples: Path | None = None) -> dict[str, Path]:
+    """Every report file of one study into out_dir; returns them by file name. `samples`: the
+    folder of the trials' sample grids (one subfolder per trial number), when they drew any."""
     out_dir.mkdir(parents=True, exist_ok=True)
     rep = analyse(study, n_boot=n_boot)
     exp_id = study.user_attrs.get(A.EXPERIMENT_ID)
@@ -158,7 +160,8 @@ def write_study_report(study: Any, out_dir: Path, *, tracking_uri: str | None = 
     files["pareto.png"] = front_png(rep.usable, rep.front, out_dir / "pareto.png",
                                     title=f"{rep.name}: memory vs validation loss", left_out=left_out)
     fig = front_figure({rep.name: (rep.usable, rep.front)}, rep.params)
-    fig.write_html(out_dir / "pareto_front.html", include_plotlyjs=True, full_html=True)
+    fig.write_html(out_dir / "pareto_front.html", include_plotlyjs=True, full_html=True,
+                   post_script=hover_script(rep, samples) or None)
     files["pareto_front.html"] = out_dir / "pareto_front.html"
     images: dict[str, Path] = {"Pareto front": files["pareto.png"]}
     if rep.hv_history is not None:
@@ -180,7 +183,8 @@ def write_study_report(study: Any, out_dir: Path, *, tracking_uri: str | None = 
     for f in rep.laws:
         name = f"law_{f.x}__{f.y}.png"
         files[name] = images[f"Fitted law {f.y}*({f.x})"] = law_png(f, out_dir / name)
-    page = render_page(rep, images=images, figure=fig, tracking_uri=tracking_uri, experiment_id=exp_id)
+    page = render_page(rep, images=images, figure=fig, tracking_uri=tracking_uri, experiment_id=exp_id,
+                       gallery=gallery_html(rep, samples))
     (out_dir / "index.html").write_text(page)
     files["index.html"] = out_dir / "index.html"
     return files
@@ -208,7 +212,8 @@ def write_comparison(studies: Sequence[Any], out_dir: Path) -> dict[str, Path]:
     files = write_table(table, out_dir / "pareto", title="Pareto fronts: " + " vs ".join(fronts))
     files["pareto.png"] = fronts_overlay_png(fronts, out_dir / "pareto.png")
     fig = front_figure({n: (reps[n][0], fronts[n]) for n in fronts}, [])
-    fig.write_html(out_dir / "pareto_front.html", include_plotlyjs=True, full_html=True)
+    fig.write_html(out_dir / "pareto_front.html", include_plotlyjs=True, full_html=True,
+                   post_script=hover_script(rep, samples) or None)
     files["pareto_front.html"] = out_dir / "pareto_front.html"
     return files
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-TOP_KEYS = ("name", "description", "objective", "trials", "params", "fixed", "hypotheses")
+TOP_KEYS = ("name", "description", "objective", "trials", "params", "fixed", "hypotheses", "samples")
 NUMERIC_KEYS = ("type", "low", "high", "log", "step")
 LAWS = ("power",)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -70,6 +70,7 @@ class SearchSpace:
     fixed: Mapping[str, Any] = field(default_factory=dict)
     hypotheses: tuple[Hypothesis, ...] = ()
     source: str = "<memory>"
+    samples: Mapping[str, Any] = field(default_factory=dict)  # checked by the objective's SampleConfig
 
     def distributions(self) -> dict[str, Any]:
         return {p.name: p.to_distribution() for p in self.params}
@@ -83,6 +84,7 @@ class SearchSpace:
             "params": {p.name: _param_dict(p) for p in self.params},
             "fixed": dict(self.fixed),
             "hypotheses": [{"x": h.x, "y": h.y, "law": h.law} for h in self.hypotheses],
+            **({"samples": dict(self.samples)} if self.samples else {}),
         }
 
 
@@ -196,9 +198,12 @@ def parse_space(data: Any, *, source: str) -> SearchSpace:
         if h["law"] not in LAWS:
             raise err(f"hypotheses[{i}].law", h["law"], f"must be one of {', '.join(LAWS)}")
         hypotheses.append(Hypothesis(h["x"], h["y"], h["law"]))
+    samples = data.get("samples") or {}
+    if not isinstance(samples, Mapping):
+        raise err("samples", samples, "must be a mapping (prompts, seeds, steps, scheduler, guidance_scale, enabled)")
     return SearchSpace(
         name=name, description=description, objective=objective, trials=trials,
-        params=params, fixed=dict(fixed), hypotheses=tuple(hypotheses), source=source,
+        params=params, fixed=dict(fixed), hypotheses=tuple(hypotheses), source=source, samples=dict(samples),
     )
 
 

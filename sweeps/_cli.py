@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="never stop a diverging trial early (diagnostics are still computed)")
     run.add_argument("--health", action="append", default=[], metavar="KEY=VALUE",
                      help="override a health threshold (see README: Training health)")
+    run.add_argument("--samples", type=_positive_int("--samples"), metavar="N",
+                     help="sample images per prompt and concept after each trial [the space's, else 2]")
+    run.add_argument("--no-samples", action="store_true", help="draw no sample images")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     res = sub.add_parser("resume", help="continue an interrupted study (same spec, same MLflow parent)")
@@ -131,6 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--tracking-uri")
     ui.add_argument("--host", default="127.0.0.1")
     ui.add_argument("--port", type=int, default=5000)
+
+    pull = sub.add_parser("pull", help="write a trial's learned embeddings and LoRA where diffusers loads them")
+    pull.add_argument("study")
+    which = pull.add_mutually_exclusive_group(required=True)
+    which.add_argument("--trial", type=int, metavar="N", help="the trial's number")
+    which.add_argument("--front", action="store_true", help="every Pareto-front trial, one folder each")
+    pull.add_argument("directory")
+    common(pull)
 
     exp = sub.add_parser("export-model", help="write a built-in model as a diffusers folder")
     exp.add_argument("model", choices=("tiny", "tiny-sdxl"))
@@ -282,6 +293,7 @@ def run_config(a: argparse.Namespace) -> Any:
         raise UsageError(f"--health: {exc}") from None
     check_model(a.model)
     check_objective_params(space, fixed, objective, a.model)
+    samples = sample_settings(space, a, builtin=objective.builtin)
     if a.max_retries < 0:
         raise UsageError(f"--max-retries must be an int >= 0, got {a.max_retries}")
     if a.max_fail_share > 1:
@@ -304,10 +316,33 @@ def run_config(a: argparse.Namespace) -> Any:
         objective=objective_name, builtin=objective.builtin, fixed=fixed, model=a.model,
         data=str(Path(a.data).resolve()) if a.data else None, sampler=a.sampler, seed=a.seed, seeds=a.seeds,
         ray_address=a.ray_address, cpus_per_trial=a.cpus_per_trial, gpus_per_trial=a.gpus_per_trial,
-        max_mem_mb=a.max_mem_mb, health=health, progress=not a.no_progress,
+        max_mem_mb=a.max_mem_mb, health=health, samples=samples, progress=not a.no_progress,
         max_retries=a.max_retries, max_fail_share=a.max_fail_share,
         artifact_root=artifact_root_for(tracking, workdir),
     )
+
+
+def sample_settings(space: Any, a: argparse.Namespace, *, builtin: bool) -> dict[str, Any] | None:
+    """The space's `samples:` block with --samples N / --no-samples over it, checked; None when
+    no trial draws (--no-samples, `enabled: false`, or a plug-in objective, which draws its own)."""
+    from objectives import SampleConfig
+
+    if a.samples is not None and a.no_samples:
+        raise UsageError("--samples and --no-samples contradict each other; give one")
+    try:
+        cfg = SampleConfig.from_mapping(space.samples)
+    except ValueError as exc:
+        raise UsageError(f"{space.source}: {exc}") from None
+    if not builtin:
+        if space.samples or a.samples is not None:
+            raise UsageError("samples: only the built-in objectives draw sample images; "
+                             "a plug-in objective logs its own")
+        return None
+    if a.no_samples or not cfg.enabled:
+        return None
+    if a.samples is not None:
+        cfg = SampleConfig.from_mapping({**cfg.to_dict(), "seeds": a.samples})
+    return cfg.to_dict()
 
 
 def cmd_run(a: argparse.Namespace) -> int:
@@ -537,6 +572,76 @@ def cmd_ui(a: argparse.Namespace) -> int:
         return 0
 
 
+def cmd_pull(a: argparse.Namespace) -> int:
+    """A trial's exports from its MLflow run into DIR (concepts/NAME/learned_embeds.safetensors,
+    pytorch_lora_weights.safetensors, config.yaml), and the diffusers lines that load them."""
+    target = Path(a.directory)
+    if target.exists() and not target.is_dir():
+        raise UsageError(f"pull: {str(target)!r} exists and is not a directory")
+    workdir, _, study = _open_existing(a)
+    from optuna.trial import TrialState
+
+    from . import _attrs as A
+
+    complete = {t.number: t for t in study.trials if t.state == TrialState.COMPLETE}
+    if a.front:
+        trials = sorted(study.best_trials, key=lambda t: t.number)
+        if not trials:
+            raise UsageError(f"pull: study {a.study!r} has no completed trial yet")
+    else:
+        if a.trial not in complete:
+            known = ", ".join(map(str, sorted(complete))) or "none"
+            raise UsageError(f"pull: study {a.study!r} has no completed trial {a.trial} (completed: {known})")
+        trials = [complete[a.trial]]
+    missing = [t.number for t in trials if not t.user_attrs.get(A.MLFLOW_RUN_ID)]
+    if missing:
+        raise UsageError(f"pull: trial {missing[0]} has no MLflow run yet (run `csweep sync {a.study}` first)")
+    import mlflow.artifacts
+
+    tracking = _tracking_of(a, study, workdir)
+    for t in trials:
+        folder = target / f"trial-{t.number}" if a.front else target
+        folder.mkdir(parents=True, exist_ok=True)
+        run_id = t.user_attrs[A.MLFLOW_RUN_ID]
+        try:
+            names = {f.path for f in mlflow.MlflowClient(tracking).list_artifacts(run_id)}
+            for path in ("concepts", "pytorch_lora_weights.safetensors", "config.yaml"):
+                if path in names:
+                    mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=path, dst_path=str(folder),
+                                                        tracking_uri=tracking)
+        except Exception as exc:  # noqa: BLE001 - MLflow unreachable or the run's artifacts gone
+            print(f"csweep: pull: cannot read trial {t.number}'s run {run_id} from {_redacted(tracking)} "
+                  f"({exc.__class__.__name__}: {str(exc)[:200]})", file=sys.stderr)
+            return 1
+        print(f"trial {t.number} -> {folder}")
+        print(_load_lines(folder))
+    return 0
+
+
+def _load_lines(folder: Path) -> str:
+    """The diffusers code that loads a pulled trial into a pipeline `pipe` on the same base model
+    (SDXL embeddings hold one row per text encoder, keys clip_l / clip_g)."""
+    from safetensors import safe_open
+
+    lines = []
+    concepts = sorted(p for p in (folder / "concepts").iterdir() if p.is_dir()) if (folder / "concepts").is_dir() else []
+    for concept in concepts:
+        token, path = f"<{concept.name}>", str(concept / "learned_embeds.safetensors")
+        with safe_open(path, framework="numpy") as f:
+            sdxl = "clip_g" in f.keys()
+        if sdxl:
+            lines.append(f"state = safetensors.torch.load_file({path!r}); "
+                         f"pipe.load_textual_inversion(state['clip_l'], token={token!r}, "
+                         "text_encoder=pipe.text_encoder, tokenizer=pipe.tokenizer); "
+                         f"pipe.load_textual_inversion(state['clip_g'], token={token!r}, "
+                         "text_encoder=pipe.text_encoder_2, tokenizer=pipe.tokenizer_2)")
+        else:
+            lines.append(f"pipe.load_textual_inversion({str(concept)!r}, token={token!r})")
+    if (folder / "pytorch_lora_weights.safetensors").is_file():
+        lines.append(f"pipe.load_lora_weights({str(folder)!r})")
+    return "\n".join(f"  {line}" for line in lines)
+
+
 def cmd_export_model(a: argparse.Namespace) -> int:
     target = Path(a.directory)
     if target.exists() and any(target.iterdir()):
@@ -551,7 +656,7 @@ def cmd_export_model(a: argparse.Namespace) -> int:
 COMMANDS = {
     "run": cmd_run, "report": cmd_report, "resume": cmd_resume, "rerun-front": cmd_rerun_front,
     "sync": cmd_sync, "spaces": cmd_spaces, "params": cmd_params,
-    "ui": cmd_ui, "export-model": cmd_export_model,
+    "ui": cmd_ui, "export-model": cmd_export_model, "pull": cmd_pull,
 }
 
 

@@ -94,13 +94,14 @@ class Driver:
         seeds: int = 1, seed_offset: int = 0, max_mem_mb: float | None = None, max_retries: int = 1,
         max_fail_share: float = 0.5, enqueue: Sequence[Mapping[str, Any]] = (),
         stop: threading.Event | None = None, on_progress: Callable[[Outcome, int], None] | None = None,
+        on_result: Callable[[int, TrialResult], None] | None = None,
     ) -> None:
         self.study, self.pool, self.log = study, pool, log
         self.target, self.fixed, self.distributions = trials, dict(fixed), distributions
         self.seeds, self.seed_offset = seeds, seed_offset
         self.max_mem_mb, self.max_retries, self.max_fail_share = max_mem_mb, max_retries, max_fail_share
         self.stop = stop or threading.Event()
-        self.on_progress = on_progress
+        self.on_progress, self.on_result = on_progress, on_result
         self.outcome = Outcome(study.study_name)
         for params in enqueue:
             study.enqueue_trial(dict(params), skip_if_exists=False)
@@ -214,6 +215,8 @@ class Driver:
         tell(self.study, owner.trial, result, max_mem_mb=self.max_mem_mb)
         status, record = mlflow_record(result)
         self.log.finish_trial(owner.trial.number, run_id, status, **record)
+        if self.on_result is not None:
+            self.on_result(owner.trial.number, result)
         o = self.outcome
         if result.kind is Kind.OK:
             o.completed += 1

@@ -22,7 +22,8 @@ from ._driver import Driver, Outcome
 from ._lane import PENDING_DIR, MlflowLane, PendingLog
 from ._settings import RunConfig
 from ._study import make_sampler, make_storage, open_study
-from ._tracking import SafeTracker, redact
+from ._result import TrialResult
+from ._tracking import SAMPLES_DIR, SafeTracker, redact
 from ._workers import RayPool, in_ray_job, runtime_env, start_ray
 
 __all__ = ["Outcome", "RunConfig", "run_sweep", "prepare_resume", "write_study_reports", "counted_trials"]
@@ -108,6 +109,10 @@ def run_sweep(cfg: RunConfig) -> Outcome:
             "model": cfg.model, "data": cfg.data or "synthetic", "storage": redact(cfg.storage),
             "seed": cfg.seed, "seeds": cfg.seeds, **{f"fixed.{k}": v for k, v in cfg.fixed.items()},
         })
+    if parent and cfg.builtin and cfg.samples:  # each concept's training images, for reference
+        from objectives import training_grids
+
+        mlflow.log_images(parent, {f"training_images/{k}.png": v for k, v in training_grids(cfg.model, cfg.data).items()})
     # per-trial MLflow calls go to a child process, in order (started now, while Ray starts);
     # without a parent run (MLflow unreachable) the records go straight to pending_mlflow/
     pending_dir = cfg.workdir / PENDING_DIR / cfg.study_name
@@ -133,7 +138,7 @@ def run_sweep(cfg: RunConfig) -> Outcome:
     from objectives import get_objective
 
     target = get_objective(cfg.objective).target
-    pool = RayPool(cfg.workers, options, target, cfg.builtin, cfg.model, data, cfg.health, int(cpus))
+    pool = RayPool(cfg.workers, options, target, cfg.builtin, cfg.model, data, cfg.health, cfg.samples, int(cpus))
     bar = _progress(cfg)
     stop = threading.Event()
     driver = Driver(
@@ -141,6 +146,7 @@ def run_sweep(cfg: RunConfig) -> Outcome:
         seeds=cfg.seeds, seed_offset=cfg.seed_offset, max_mem_mb=cfg.max_mem_mb, max_retries=cfg.max_retries,
         max_fail_share=cfg.max_fail_share, enqueue=cfg.enqueue, stop=stop,
         on_progress=(lambda o, running: _update(bar, study, o, running)) if bar is not None else None,
+        on_result=lambda number, result: keep_samples(samples_dir(cfg.workdir, cfg.study_name), number, result),
     )
     # Ctrl-C sets a flag that the loop reads between steps, so that it never lands between an
     # ask and the submit, or between a result and its tell
@@ -227,12 +233,30 @@ def prepare_resume(study: Any, mlflow: SafeTracker | None) -> tuple[list[dict[st
     return redo, remaining
 
 
+def samples_dir(workdir: Path, study_name: str) -> Path:
+    return workdir / "samples" / study_name
+
+
+def keep_samples(root: Path, number: int, result: TrialResult) -> None:
+    """A trial's sample grids, also kept beside the study (WORKDIR/samples/STUDY/N/CONCEPT.png),
+    where the reports find them without MLflow."""
+    grids = {k[len(SAMPLES_DIR):]: v for k, v in result.artifacts.items()
+             if k.startswith(SAMPLES_DIR) and k.endswith(".png") and "/" not in k[len(SAMPLES_DIR):]}
+    if not grids:
+        return
+    folder = root / str(number)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, blob in grids.items():
+        (folder / name).write_bytes(blob)
+
+
 def write_study_reports(study: Any, workdir: Path, mlflow: SafeTracker | None, parent: str | None) -> Path:
     """The study's reports under WORKDIR/reports/STUDY/, and on its parent run when MLflow is there."""
     from reports import write_study_report
 
     out = workdir / "reports" / study.study_name
-    write_study_report(study, out, tracking_uri=redact(mlflow.uri) if mlflow is not None else None)
+    write_study_report(study, out, tracking_uri=redact(mlflow.uri) if mlflow is not None else None,
+                       samples=samples_dir(workdir, study.study_name))
     if mlflow is not None and parent:
         mlflow.log_files(parent, out, "reports")
     return out

@@ -38,6 +38,8 @@ class RunConfig:
     gpus_per_trial: float | None = None
     max_mem_mb: float | None = None
     health: Mapping[str, Any] = field(default_factory=dict)
+    # what every trial draws (objectives.SampleConfig as a mapping); None: no samples
+    samples: Mapping[str, Any] | None = None
     max_retries: int = 1
     max_fail_share: float = 0.5
     progress: bool = field(default=True, metadata=PER_INVOCATION)

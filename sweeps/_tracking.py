@@ -15,6 +15,9 @@ from ._attrs import PARENT_RUN as PARENT_RUN_ATTR
 EXPERIMENT_KIND_TAG = ("mlflow.experimentKind", "custom_model_development")
 
 
+SAMPLES_DIR = "samples/"
+
+
 def redact(uri: str) -> str:
     """A URI with any password replaced, for printing and params."""
     from urllib.parse import urlsplit, urlunsplit
@@ -166,8 +169,21 @@ class Tracker:
                     path.parent.mkdir(parents=True, exist_ok=True)
                     path.write_bytes(blob)
                 self.client.log_artifacts(run_id, tmp)
+        self.log_images(run_id, {k: v for k, v in files.items() if k.startswith(SAMPLES_DIR) and k.endswith(".png")})
         self.client.set_terminated(run_id, status=status)
         return run_id
+
+    def log_images(self, run_id: str, images: Mapping[str, bytes]) -> None:
+        """Sample grids as MLflow images too (the run page's image view), keyed by concept."""
+        if not images:
+            return
+        import io
+
+        from PIL import Image
+
+        for name, blob in images.items():
+            with Image.open(io.BytesIO(blob)) as im:
+                self.client.log_image(run_id, im.convert("RGB"), key=name[:-4], step=0)
 
     def log_files(self, run_id: str, directory: Path, artifact_path: str) -> None:
         self.client.log_artifacts(run_id, str(directory), artifact_path=artifact_path)
@@ -225,6 +241,9 @@ class SafeTracker:
 
     def finish_trial(self, run_id: str, **record: Any) -> bool:
         return bool(run_id) and self._try(False, lambda t: bool(t.finish_trial(run_id, **record)))
+
+    def log_images(self, run_id: str, images: Mapping[str, bytes]) -> bool:
+        return bool(run_id) and self._try(False, lambda t: t.log_images(run_id, images) or True)
 
     def log_files(self, run_id: str, directory: Path, artifact_path: str) -> bool:
         return bool(run_id) and self._try(False, lambda t: t.log_files(run_id, directory, artifact_path) or True)

@@ -32,7 +32,7 @@ def resolved_config(objective: str, builtin: bool, params: Mapping[str, Any]) ->
 
 def run_trial(
     objective: str, builtin: bool, params: Mapping[str, Any], *, model: str, data: str | None,
-    health: Mapping[str, Any] | None = None,
+    health: Mapping[str, Any] | None = None, samples: Mapping[str, Any] | None = None,
 ) -> TrialResult:
     """Run one trial (one seed replicate) in this process; never raises: a failure, an
     out-of-memory error or a stop is a result."""
@@ -45,7 +45,8 @@ def run_trial(
     try:
         config = resolved_config(objective, builtin, params)
         fn = get_objective(objective).load()
-        raw = fn(dict(params), model=model, data=data, health=dict(health or {})) if builtin else fn(dict(params))
+        raw = (fn(dict(params), model=model, data=data, health=dict(health or {}), samples=samples)
+               if builtin else fn(dict(params)))
         out = TrialResult(Kind.OK, **normalize(raw))
     except (optuna.TrialPruned, TrialStopped) as exc:
         partial = getattr(exc, "partial", {}) or {}
@@ -83,10 +84,12 @@ class TrialWorker:
     threads match the CPUs Ray gave it."""
 
     def __init__(self, objective: str, builtin: bool, model: str, data: Any,
-                 health: Mapping[str, Any] | None = None, threads: int = 1) -> None:
+                 health: Mapping[str, Any] | None = None, samples: Mapping[str, Any] | None = None,
+                 threads: int = 1) -> None:
         self.objective, self.builtin, self.model = objective, builtin, model
         self.data = data if data is None or isinstance(data, str) else unpack_folder(data)
         self.health = dict(health or {})
+        self.samples = dict(samples) if samples is not None else None
         self.threads = max(1, int(threads))
         self._threads_set = False
 
@@ -97,7 +100,7 @@ class TrialWorker:
             torch.set_num_threads(self.threads)
             self._threads_set = True
         return run_trial(self.objective, self.builtin, params, model=self.model, data=self.data,
-                         health=self.health)
+                         health=self.health, samples=self.samples)
 
 
 class RayPool:

@@ -197,3 +197,45 @@ def test_report_command_overlays_several_studies(messy_study, tmp_path, capsys):
     assert (out / "pareto.png").stat().st_size > 0 and (out / "pareto_front.html").is_file()
     assert (tmp_path / "reports/other/index.html").is_file()
     assert "comparison:" in capsys.readouterr().out
+
+
+def _grid_png(color: tuple[int, int, int]) -> bytes:
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 4), color).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def test_gallery_shows_front_and_worst_trial_grids_offline(messy_study, tmp_path):
+    """Every trial drew grids (kept as WORKDIR/samples/STUDY/N/CONCEPT.png); the page shows the
+    front's and the worst complete trial's, each beside its numbers, and pareto_front.html shows
+    a point's grid on hover or click."""
+    samples = tmp_path / "samples"
+    complete = [t for t in messy_study.trials if t.state == TrialState.COMPLETE]
+    for t in complete:
+        (samples / str(t.number)).mkdir(parents=True)
+        (samples / str(t.number) / "cat.png").write_bytes(_grid_png((t.number, 0, 0)))
+    files = write_study_report(messy_study, tmp_path / "out", n_boot=5, samples=samples)
+    page = files["index.html"].read_text()
+    front = pd.read_csv(files["pareto.csv"])
+    trials = pd.read_csv(files["trials.csv"])
+    usable = trials[(trials["state"] == "COMPLETE") & trials["feasible"]]
+    worst = int(usable.loc[usable["val_loss"].idxmax(), "trial"])
+    shown = {int(n) for n in __import__("re").findall(r"id='samples-(\d+)'", page)}
+    assert shown == set(front["trial"]) | {worst}
+    assert "worst complete trial" in page
+    row = front.iloc[0]
+    block = page[page.index(f"id='samples-{int(row['trial'])}'"):]
+    block = block[: block.index("</div></div>")]
+    assert f"val_loss {row['val_loss']:.4g}" in block and f"peak_mem_mb {row['peak_mem_mb']:.4g}" in block
+    assert "width=" in block and "data:image/png;base64," in block
+    hover = files["pareto_front.html"].read_text()
+    assert "gd.on('plotly_hover', show)" in hover and "gd.on('plotly_click', show)" in hover
+    assert all(f'"{int(t)}": {{"cat": "data:image/png;base64,' in hover for t in usable["trial"])
+    # without grids, no gallery and no hover script
+    plain = write_study_report(messy_study, tmp_path / "plain", n_boot=5)
+    assert "id='samples-" not in plain["index.html"].read_text()
+    assert "csweep-samples" not in plain["pareto_front.html"].read_text()

@@ -62,6 +62,18 @@ BAD = [
     ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--sampler", "bayes"], ["--sampler", "bayes"]),
     ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--max-mem-mb", "-5"], ["--max-mem-mb", "> 0"]),
     ({}, ["report", "nostudy"], ["'nostudy'", "no storage"]),
+    # sample images (YAML samples: block and --samples)
+    ({"s.yaml": GOOD_SPACE + "samples:\n  prompts: ['a photo of a dog']\n"}, ["run", "s.yaml"],
+     ["s.yaml", "samples.prompts", "'a photo of a dog'", "{concept}"]),
+    ({"s.yaml": GOOD_SPACE + "samples:\n  seeds: 0\n"}, ["run", "s.yaml"], ["samples.seeds", ">= 1"]),
+    ({"s.yaml": GOOD_SPACE + "samples:\n  seeds: [0, -3]\n"}, ["run", "s.yaml"], ["samples.seeds", ">= 0"]),
+    ({"s.yaml": GOOD_SPACE + "samples:\n  steps: -2\n"}, ["run", "s.yaml"], ["samples.steps", "1..1000", "-2"]),
+    ({"s.yaml": GOOD_SPACE + "samples:\n  scheduler: magic\n"}, ["run", "s.yaml"],
+     ["samples.scheduler", "'magic'", "ddim"]),
+    ({"s.yaml": GOOD_SPACE + "samples:\n  colour: red\n"}, ["run", "s.yaml"], ["samples", "unknown key", "'colour'"]),
+    ({"s.yaml": GOOD_SPACE + "samples: [1]\n"}, ["run", "s.yaml"], ["samples", "must be a mapping"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--samples", "0"], ["--samples", ">= 1"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--samples", "2", "--no-samples"], ["--samples", "--no-samples"]),
 ]
 
 
