@@ -13,6 +13,7 @@ from ._params import (
     model_limits,
     resolve_params,
 )
+from ._fidelity import check_fidelity_model
 from ._samples import SampleConfig, training_grids
 from ._registry import BUILTIN_OBJECTIVES, ObjectiveSpec, check_plugin_importable, get_objective
 
@@ -26,6 +27,7 @@ __all__ = [
     "ObjectiveSpec",
     "ParamRule",
     "SampleConfig",
+    "check_fidelity_model",
     "training_grids",
     "SYNTHETIC_CONCEPTS",
     "TEXTUAL_INVERSION_PARAMS",

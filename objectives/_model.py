@@ -189,9 +189,10 @@ def shipped_dir(name: str) -> Path:
 
 
 def tiny_cache_dir(name: str = "tiny") -> Path:
-    from ._world import WORLD_PRETRAIN
+    from ._world import WORLD_OVERRIDES, WORLD_PRETRAIN
 
-    key = hashlib.sha256(json.dumps([TINY_VERSION, WORLD_PRETRAIN, _WORDS, name]).encode()).hexdigest()[:12]
+    recipe = [TINY_VERSION, WORLD_PRETRAIN, WORLD_OVERRIDES.get(name, {}), _WORDS, name]
+    key = hashlib.sha256(json.dumps(recipe).encode()).hexdigest()[:12]
     return cache_root() / f"{name}-{key}"
 
 
@@ -204,10 +205,10 @@ def tiny_dir(name: str) -> Path:
 
 def build_tiny_parts(name: str, tmp: Path, progress: Any = None, **overrides: Any) -> dict[str, Any]:
     """The model from scratch: seeded components, then the world pretraining."""
-    from ._world import pretrain_world
+    from ._world import WORLD_OVERRIDES, pretrain_world
 
     parts = _tiny_components(tmp / "tokenizer-src", sdxl=name == "tiny-sdxl")
-    pretrain_world(parts, res=TINY_RESOLUTION, progress=progress, **overrides)
+    pretrain_world(parts, res=TINY_RESOLUTION, progress=progress, **{**WORLD_OVERRIDES.get(name, {}), **overrides})
     return parts
 
 

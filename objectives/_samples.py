@@ -38,6 +38,7 @@ class SampleConfig:
     steps: int = 10
     scheduler: str = "ddim"
     guidance_scale: float = 4.0
+    fidelity_model: str = ""  # a local CLIP / DINO folder; "" = the base model's own VAE
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, Any] | None) -> SampleConfig:
@@ -85,11 +86,19 @@ class SampleConfig:
             if isinstance(g, bool) or not isinstance(g, (int, float)) or not 0 <= g <= 50:
                 raise ValueError(f"samples.guidance_scale must be a number in 0..50, got {g!r}")
             out["guidance_scale"] = float(g)
+        if m.get("fidelity_model"):
+            from ._fidelity import check_fidelity_model
+
+            err = check_fidelity_model(str(m["fidelity_model"]))
+            if err:
+                raise ValueError(err)
+            out["fidelity_model"] = str(m["fidelity_model"])
         return cls(**out)
 
     def to_dict(self) -> dict[str, Any]:
         return {"enabled": self.enabled, "prompts": list(self.prompts), "seeds": list(self.seeds),
-                "steps": self.steps, "scheduler": self.scheduler, "guidance_scale": self.guidance_scale}
+                "steps": self.steps, "scheduler": self.scheduler, "guidance_scale": self.guidance_scale,
+                "fidelity_model": self.fidelity_model}
 
 
 @dataclass

@@ -27,6 +27,7 @@ from ._health_config import HealthConfig, TrialStopped
 from ._memory import MemoryMeter
 from ._model import BaseModel, condition, load_base_model
 from ._params import resolve_params
+from ._fidelity import VaeEncoder, VisionEncoder, fidelity
 from ._samples import SampleConfig, draw_samples
 
 # Validation draws are constants of csweep, not of a trial: every trial of every study is scored
@@ -496,6 +497,9 @@ def train(
         drawn = draw_samples(base, encoders, unet, artifacts, concepts.names, scfg, device)
         for name in concepts.names:
             artifacts[f"samples/{name}.png"] = drawn.grid_png(name)
+        real = {name: [(im.transpose(1, 2, 0) + 1) / 2 for im, c in concepts.train if c == (ci,)]
+                for ci, name in enumerate(concepts.names)}
+        sample_metrics |= fidelity(_fidelity_encoder(scfg.fidelity_model, base, device.type), drawn.images, real)
         sample_metrics["sample_seconds"] = time.perf_counter() - drawn_at
     result = {
         **final,
@@ -512,6 +516,15 @@ def train(
         "artifacts": artifacts,
     }
     return Trained(result, {tok: learned[0][i] for i, tok in enumerate(flat)}, base, encoders, unet, trainables)
+
+
+def _fidelity_encoder(path: str, base: BaseModel, device: str) -> Any:
+    return _vision_encoder(path, device) if path else VaeEncoder(base.vae)
+
+
+@functools.lru_cache(maxsize=1)
+def _vision_encoder(path: str, device: str) -> Any:
+    return VisionEncoder(path, device)
 
 
 def optimizer_groups(trainables: Trainables, cfg: Mapping[str, Any]) -> list[dict[str, Any]]:

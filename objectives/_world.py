@@ -26,6 +26,9 @@ WORLD_PRETRAIN = {
     "vae_steps": 800, "vae_batch": 32, "vae_lr": 2e-3, "kl_weight": 1e-5,
     "steps": 2000, "batch_size": 32, "lr": 2e-3, "images_per_caption": 48, "caption_dropout": 0.1,
 }
+# tiny-sdxl exists to exercise the SDXL code paths (two encoders, pooled text, time ids); it is
+# pretrained for less, to keep its build short
+WORLD_OVERRIDES = {"tiny-sdxl": {"vae_steps": 400, "steps": 600}}
 Progress = Callable[[str, int, int], None]
 
 

@@ -99,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--samples", type=_positive_int("--samples"), metavar="N",
                      help="sample images per prompt and concept after each trial [the space's, else 2]")
     run.add_argument("--no-samples", action="store_true", help="draw no sample images")
+    run.add_argument("--fidelity-model", metavar="PATH",
+                     help="local CLIP or DINO folder that scores the samples' concept fidelity "
+                          "[the base model's own VAE]")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     res = sub.add_parser("resume", help="continue an interrupted study (same spec, same MLflow parent)")
@@ -329,6 +332,8 @@ def sample_settings(space: Any, a: argparse.Namespace, *, builtin: bool) -> dict
 
     if a.samples is not None and a.no_samples:
         raise UsageError("--samples and --no-samples contradict each other; give one")
+    if a.fidelity_model is not None and a.no_samples:
+        raise UsageError("--fidelity-model scores sample images; it cannot go with --no-samples")
     try:
         cfg = SampleConfig.from_mapping(space.samples)
     except ValueError as exc:
@@ -340,9 +345,17 @@ def sample_settings(space: Any, a: argparse.Namespace, *, builtin: bool) -> dict
         return None
     if a.no_samples or not cfg.enabled:
         return None
+    over: dict[str, Any] = {}
     if a.samples is not None:
-        cfg = SampleConfig.from_mapping({**cfg.to_dict(), "seeds": a.samples})
-    return cfg.to_dict()
+        over["seeds"] = a.samples
+    if a.fidelity_model is not None:
+        from objectives import check_fidelity_model
+
+        err = check_fidelity_model(a.fidelity_model)
+        if err:
+            raise UsageError(err)
+        over["fidelity_model"] = str(Path(a.fidelity_model).resolve())
+    return SampleConfig.from_mapping({**cfg.to_dict(), **over}).to_dict()
 
 
 def cmd_run(a: argparse.Namespace) -> int:

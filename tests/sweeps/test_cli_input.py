@@ -74,6 +74,12 @@ BAD = [
     ({"s.yaml": GOOD_SPACE + "samples: [1]\n"}, ["run", "s.yaml"], ["samples", "must be a mapping"]),
     ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--samples", "0"], ["--samples", ">= 1"]),
     ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--samples", "2", "--no-samples"], ["--samples", "--no-samples"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--fidelity-model", "nowhere"], ["--fidelity-model", "'nowhere'",
+                                                                                 "not a directory"]),
+    ({"s.yaml": GOOD_SPACE, "enc/config.json": '{"model_type": "bert"}'}, ["run", "s.yaml", "--fidelity-model", "enc"],
+     ["--fidelity-model", "'enc'", "'bert'", "CLIP or DINO"]),
+    ({"s.yaml": GOOD_SPACE, "enc/config.json": '{"model_type": "clip_vision_model"}'},
+     ["run", "s.yaml", "--fidelity-model", "enc"], ["--fidelity-model", "'enc'", "preprocessor_config.json"]),
 ]
 
 
