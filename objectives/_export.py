@@ -22,11 +22,27 @@ def prepare_model(spec: str, *, on_build: Callable[[str], None] | None = None) -
     that workers starting together only load it. Returns the cache folder, or None for a path."""
     if spec not in BUILTIN_MODELS:
         return None
-    from ._model import build_tiny, tiny_cache_dir
+    from ._model import build_tiny, tiny_dir
 
-    target = tiny_cache_dir(spec)
+    target = tiny_dir(spec)
     if not (target / "model_index.json").is_file():
         if on_build is not None:
             on_build(str(target))
-        build_tiny(spec)
+        build_tiny(spec, progress=_build_bar(spec))
     return str(target)
+
+
+def _build_bar(spec: str) -> Callable[[str, int, int], None]:
+    """A progress bar per pretraining stage on stderr (the build takes minutes on a small CPU)."""
+    from tqdm import tqdm
+
+    bars: dict[str, tqdm] = {}
+
+    def progress(stage: str, i: int, n: int) -> None:
+        if stage not in bars:
+            bars[stage] = tqdm(total=n, desc=f"building {spec}: {stage}", mininterval=1)
+        bars[stage].update(i - bars[stage].n)
+        if i == n:
+            bars[stage].close()
+
+    return progress

@@ -123,7 +123,8 @@ def run_sweep(cfg: RunConfig) -> Outcome:
         from objectives import prepare_model
 
         prepare_model(cfg.model, on_build=lambda where: print(
-            f"building the tiny model once for this machine (about a minute), cached in {where}",
+            f"no shipped weights for {cfg.model}: building it once for this machine (minutes; "
+            f"the shipped ones load in seconds), cached in {where}",
             file=sys.stderr, flush=True))
     local_cpus = max(os.cpu_count() or 1, math.ceil(cfg.workers * (cfg.cpus_per_trial or 1)))
     start_ray(cfg.ray_address, num_cpus=local_cpus, runtime_env=runtime_env(cluster=cfg.ray_address is not None))

@@ -124,23 +124,24 @@ def test_user_image_folder(tmp_path):
 
 
 def test_build_tiny_is_deterministic(tmp_path):
-    """The build itself, twice from scratch (components and a short pretraining run), not the
-    cached model loaded twice."""
-    from objectives._model import TINY_PRETRAIN, _pretrain, _tiny_components
+    """The build itself, twice from scratch (components, then a short run of both pretraining
+    stages), not the cached model loaded twice: the same seed gives the same bytes, which is what
+    lets scripts/build_tiny_models.py regenerate the shipped weights."""
+    from objectives._model import build_tiny_parts, _tiny_components
 
-    short = {**TINY_PRETRAIN, "steps": 3, "batch_size": 4}
-    builds = []
-    for k in range(2):
-        parts = _tiny_components(tmp_path / f"tok{k}")
-        _pretrain(parts, **short)
-        builds.append(parts)
-    a, b = (p["unet"].state_dict() for p in builds)
-    assert a.keys() == b.keys()
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    short = {"vae_steps": 2, "vae_batch": 4, "steps": 3, "batch_size": 4, "images_per_caption": 2}
+    builds = [build_tiny_parts("tiny", tmp_path / f"b{k}", **short) for k in range(2)]
+    for part in ("unet", "vae"):
+        a, b = (p[part].state_dict() for p in builds)
+        assert a.keys() == b.keys()
+        assert all(torch.equal(a[k], b[k]) for k in a), part
     ta, tb = (p["text_encoders"][0].state_dict() for p in builds)
     assert all(torch.equal(ta[k], tb[k]) for k in ta)
+    assert builds[0]["vae"].config.scaling_factor == builds[1]["vae"].config.scaling_factor
     # and the pretraining moved the weights: a build that skipped it would differ
-    fresh = _tiny_components(tmp_path / "tok-fresh")["unet"].state_dict()
-    assert any(not torch.equal(fresh[k], a[k]) for k in a)
+    fresh = _tiny_components(tmp_path / "tok-fresh")
+    for part in ("unet", "vae"):
+        a, f = builds[0][part].state_dict(), fresh[part].state_dict()
+        assert any(not torch.equal(f[k], a[k]) for k in a), part
 
 

@@ -30,7 +30,8 @@ def non_dominated(df: pd.DataFrame) -> set[int]:
 def tiny_sweep(tmp_path_factory, cli):
     """Two runs of the same command: 4 trials on 2 workers, then 2 more."""
     cwd = tmp_path_factory.mktemp("user")
-    args = ("run", "warmup_init", "--workers", "2", "--set", f"steps={STEPS}", "--seed", "7", "--no-progress")
+    args = ("run", "warmup_init", "--workers", "2", "--set", f"steps={STEPS}", "--set", "lora_rank=2",
+            "--samples", "1", "--seed", "7", "--no-progress")
     first = cli(*args, "--trials", "4", cwd=cwd)
     storage = f"sqlite:///{cwd / 'csweep_runs' / 'optuna.db'}"
     tracking = f"sqlite:///{cwd / 'csweep_runs' / 'mlflow.db'}"
@@ -97,6 +98,60 @@ def test_mlflow_parent_and_nested_children(tiny_sweep):
     parent_files = {a.path for a in client.list_artifacts(parents[0].info.run_id, "reports")}
     assert {"reports/trials.csv", "reports/pareto.csv", "reports/pareto.md", "reports/index.html",
             "reports/summary.json", "reports/coupling.csv", "reports/scaling.csv"} <= parent_files
+
+
+def test_every_trial_draws_samples_seen_in_mlflow_and_the_report(tiny_sweep):
+    cwd, _, _, storage, tracking, _ = tiny_sweep
+    client = MlflowClient(tracking_uri=tracking)
+    study = optuna.load_study(study_name="warmup_init", storage=storage)
+    for t in study.trials:
+        run_id = t.user_attrs["mlflow_run_id"]
+        files = {a.path for a in client.list_artifacts(run_id, "samples")}
+        assert {f"samples/{c}.png" for c in ("red-circle", "green-square", "blue-stripes")} == files
+        images = [a.path for a in client.list_artifacts(run_id, "images")]  # mlflow.log_image's image view
+        assert any("samples" in p for p in images), images
+        run = client.get_run(run_id)
+        assert -1 <= run.data.metrics["fidelity"] <= 1 and run.data.metrics["sample_seconds"] > 0
+        # kept beside the study too, where the report finds them
+        assert (cwd / f"csweep_runs/samples/warmup_init/{t.number}/red-circle.png").is_file()
+    parent = study.user_attrs["mlflow_parent_run_id"]
+    assert any("training_images" in a.path for a in client.list_artifacts(parent, "images"))
+    page = (cwd / "csweep_runs/reports/warmup_init/index.html").read_text()
+    front = pd.read_csv(cwd / "csweep_runs/reports/warmup_init/pareto.csv")
+    assert all(f"id='samples-{int(n)}'" in page for n in front["trial"])
+
+
+def test_pull_writes_what_diffusers_loads(tiny_sweep, cli, tmp_path):
+    """`csweep pull` a trial (and the front), then a fresh process loads it into the pipeline."""
+    import subprocess
+    import sys
+
+    cwd, *_ = tiny_sweep
+    res = cli("pull", "warmup_init", "--trial", "1", str(tmp_path / "t1"), cwd=cwd)
+    assert res.returncode == 0, res.stderr
+    assert "pipe.load_textual_inversion(" in res.stdout and "pipe.load_lora_weights(" in res.stdout
+    assert {p.name for p in (tmp_path / "t1").iterdir()} == {"concepts", "pytorch_lora_weights.safetensors",
+                                                                "config.yaml"}
+    assert "lora_rank: 2" in (tmp_path / "t1/config.yaml").read_text()
+    res = cli("pull", "warmup_init", "--front", str(tmp_path / "front"), cwd=cwd)
+    assert res.returncode == 0, res.stderr
+    front = pd.read_csv(cwd / "csweep_runs/reports/warmup_init/pareto.csv")
+    assert {p.name for p in (tmp_path / "front").iterdir()} == {f"trial-{int(n)}" for n in front["trial"]}
+    assert cli("export-model", "tiny", str(tmp_path / "model"), cwd=cwd).returncode == 0
+    lines = [ln.strip() for ln in res.stdout.splitlines() if ln.strip().startswith("pipe.")][:4]
+    code = (
+        "import sys, diffusers, safetensors.torch\n"
+        f"pipe = diffusers.StableDiffusionPipeline.from_pretrained({str(tmp_path / 'model')!r})\n"
+        + "\n".join(lines) + "\n"
+        "img = pipe('a photo of <red-circle>', num_inference_steps=2, height=32, width=32, output_type='np').images[0]\n"
+        "assert img.shape == (32, 32, 3) and img.std() > 0\n"
+        "print('LOADED', len(pipe.tokenizer))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "LOADED" in out.stdout, out.stderr[-2000:]
+    # bad input: a trial that is not there
+    res = cli("pull", "warmup_init", "--trial", "99", str(tmp_path / "none"), cwd=cwd)
+    assert res.returncode == 2 and "no completed trial 99" in res.stderr and not (tmp_path / "none").exists()
 
 
 def test_nothing_waits_for_sync_when_mlflow_was_up(tiny_sweep):
@@ -203,7 +258,7 @@ def test_ui_serves_the_study_on_loopback(tiny_sweep):
         with urllib.request.urlopen(url, timeout=10) as r:
             config = r.read()
         # the fully resolved config: the defaults the trial ran with are in it too
-        assert b"steps: 8" in config and b"precision: fp32" in config and b"lora_rank: 0" in config
+        assert b"steps: 8" in config and b"precision: fp32" in config and b"lora_rank: 2" in config
         # MLflow 3's UI opens the experiment on its training runs, and the parent reads at a glance
         assert {"key": "mlflow.experimentKind", "value": "custom_model_development"} in exp["tags"]
         parent = next(r for r in runs if not any(t["key"] == "mlflow.parentRunId" for t in r["data"]["tags"]))
