@@ -14,7 +14,7 @@ from ._params import (
     resolve_params,
 )
 from ._fidelity import check_fidelity_model
-from ._samples import SampleConfig, training_grids
+from ._samples import SampleConfig, data_digest, training_grids
 from ._registry import BUILTIN_OBJECTIVES, ObjectiveSpec, check_plugin_importable, get_objective
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "SampleConfig",
     "check_fidelity_model",
     "training_grids",
+    "data_digest",
     "SYNTHETIC_CONCEPTS",
     "TEXTUAL_INVERSION_PARAMS",
     "check_against_model",

@@ -141,3 +141,30 @@ def check_data_dir(value: str) -> str | None:
     if sum(len(f) for f in groups.values()) < 2:
         return f"--data {value!r}: needs at least 2 images (one is held out for validation)"
     return None
+
+
+def dataset_inputs(resolution: int, data: str | None) -> list[dict[str, object]]:
+    """The training and validation sets a trial sees, as MLflow dataset inputs: a name, a
+    content digest of the images (pixels at the training resolution) and captions themselves,
+    and where they come from. Two runs with the same digest saw the same data."""
+    import hashlib
+    import json
+
+    concepts = synthetic_concepts(resolution) if data is None else folder_concepts(Path(data), resolution)
+    if data is None:
+        source_type = "code"
+        source = {"generator": "objectives._data.synthetic_concepts", "seed": 20240601,
+                  "concepts": list(concepts.names), "resolution": resolution}
+    else:
+        source_type = "local"
+        source = {"uri": Path(data).resolve().as_uri(), "resolution": resolution}
+    out = []
+    for context, items, templates in (("training", concepts.train, TEMPLATES), ("validation", concepts.val, (VAL_TEMPLATE,))):
+        h = hashlib.sha256(json.dumps([list(templates), list(concepts.placeholders)]).encode())
+        for image, combo in items:
+            h.update(np.ascontiguousarray(np.round((image + 1) * 127.5).astype(np.uint8)).tobytes())
+            h.update(json.dumps(list(combo)).encode())
+        out.append({"name": f"{'synthetic' if data is None else Path(data).name}-{context}",
+                    "digest": h.hexdigest()[:16], "source_type": source_type, "source": json.dumps(source),
+                    "context": context, "images": len(items)})
+    return out

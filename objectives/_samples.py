@@ -188,6 +188,13 @@ def model_resolution(model: str) -> int:
     return int(unet["sample_size"]) * 2 ** (len(vae["block_out_channels"]) - 1)
 
 
+def data_digest(model: str, data: str | None) -> str:
+    """One digest of the training and validation data a trial of this model sees."""
+    from ._data import dataset_inputs
+
+    return "-".join(d["digest"] for d in dataset_inputs(model_resolution(model), data))
+
+
 def training_grids(model: str, data: str | None) -> dict[str, bytes]:
     """Per concept, its training images side by side (PNG), for the study's parent run."""
     import numpy as np

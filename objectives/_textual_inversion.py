@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ._data import TEMPLATES, VAL_TEMPLATE, ConceptSet, folder_concepts, synthetic_concepts
+from ._data import TEMPLATES, VAL_TEMPLATE, ConceptSet, dataset_inputs, folder_concepts, synthetic_concepts
 from ._health import HealthMonitor
 from ._health_config import HealthConfig, TrialStopped
 from ._memory import MemoryMeter
@@ -514,8 +514,14 @@ def train(
         "tags": tags,
         "health": report,
         "artifacts": artifacts,
+        "datasets": _datasets(resolution, data),
     }
     return Trained(result, {tok: learned[0][i] for i, tok in enumerate(flat)}, base, encoders, unet, trainables)
+
+
+@functools.lru_cache(maxsize=4)
+def _datasets(resolution: int, data: str | None) -> list[dict[str, Any]]:
+    return dataset_inputs(resolution, data)
 
 
 def _fidelity_encoder(path: str, base: BaseModel, device: str) -> Any:

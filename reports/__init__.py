@@ -16,7 +16,7 @@ from ._analysis import (
     pareto_mask,
     reference_point,
 )
-from ._report import REFERENCE_RULE, analyse, write_comparison, write_study_report
+from ._report import REFERENCE_RULE, analyse, data_mismatch, write_comparison, write_study_report
 from ._tables import pareto_frame, trials_frame, usable
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "REFERENCE_RULE",
     "analyse",
     "coupling_analysis",
+    "data_mismatch",
     "fit_power_law",
     "front_probability",
     "hypervolume",

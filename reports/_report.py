@@ -106,6 +106,7 @@ def analyse(study: Any, *, n_boot: int = 20) -> StudyReport:
         "reference_point": ref,
         "reference_point_rule": REFERENCE_RULE,
         "objective": study.user_attrs.get(A.OBJECTIVE),
+        "data_digest": study.user_attrs.get(A.DATA_DIGEST),
         "noise_floor_std": noise.std,
         "noise_floor_configs": noise.n_configs,
         "noise_floor_dof": noise.dof,
@@ -202,6 +203,16 @@ def _left_out(rep: StudyReport) -> str:
     return f"not drawn (no usable result): {counts}"
 
 
+def data_mismatch(studies: Sequence[Any]) -> str:
+    """A line when the studies' trials saw different data (content digests differ), else ""."""
+    digests = {s.study_name: s.user_attrs.get(A.DATA_DIGEST) for s in studies}
+    known = {d for d in digests.values() if d}
+    if len(known) <= 1:
+        return ""
+    listed = ", ".join(f"{name}: {d or 'unknown'}" for name, d in digests.items())
+    return f"these studies were trained on different data (digests {listed}): their fronts do not compare like for like"
+
+
 def write_comparison(studies: Sequence[Any], out_dir: Path) -> dict[str, Path]:
     """Overlaid fronts of several studies (csweep report A B)."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -209,11 +220,11 @@ def write_comparison(studies: Sequence[Any], out_dir: Path) -> dict[str, Path]:
     fronts = {name: pareto_frame(s, trials_frame(s)) for name, s in zip(reps, studies)}
     rows = [f.assign(study=name) for name, f in fronts.items()]
     table = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
-    files = write_table(table, out_dir / "pareto", title="Pareto fronts: " + " vs ".join(fronts))
+    files = write_table(table, out_dir / "pareto", title="Pareto fronts: " + " vs ".join(fronts),
+                        lead=data_mismatch(studies))
     files["pareto.png"] = fronts_overlay_png(fronts, out_dir / "pareto.png")
     fig = front_figure({n: (reps[n][0], fronts[n]) for n in fronts}, [])
-    fig.write_html(out_dir / "pareto_front.html", include_plotlyjs=True, full_html=True,
-                   post_script=hover_script(rep, samples) or None)
+    fig.write_html(out_dir / "pareto_front.html", include_plotlyjs=True, full_html=True)
     files["pareto_front.html"] = out_dir / "pareto_front.html"
     return files
 

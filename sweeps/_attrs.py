@@ -14,6 +14,7 @@ PARENT_RUN = "mlflow_parent_run_id"
 EXPERIMENT_ID = "mlflow_experiment_id"
 SYNCED_RUNS = "mlflow_run_ids_synced"  # {trial number: run id} of runs `csweep sync` created
 REQUEUED = "requeued_trials"  # trial numbers whose parameters a resume already queued again
+DATA_DIGEST = "data_digest"  # content digest of the training + validation data the trials saw
 STALE = "stale_trials"  # {trial number: reason} of RUNNING trials a resume found and failed
 
 # --- trial user attrs ---------------------------------------------------------------------

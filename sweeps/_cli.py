@@ -531,11 +531,14 @@ def cmd_report(a: argparse.Namespace) -> int:
         if line:
             print(line, file=sys.stderr)
     if len(studies) > 1:
-        from reports import write_comparison
+        from reports import data_mismatch, write_comparison
 
         out = workdir / "reports" / ("compare-" + "-vs-".join(s.study_name for s in studies))
         write_comparison(studies, out)
         print(f"comparison: {out}")
+        mismatch = data_mismatch(studies)
+        if mismatch:
+            print(f"csweep: note: {mismatch}", file=sys.stderr)
     return 0
 
 

@@ -36,6 +36,7 @@ class TrialResult:
     config: dict[str, Any] = field(default_factory=dict)  # fully resolved (defaults included)
     seed: int | None = None  # the replicate's seed, when it had one
     replicates: list[TrialResult] = field(default_factory=list)  # with --seeds K > 1
+    datasets: list[dict[str, Any]] = field(default_factory=list)  # the data it saw (MLflow dataset inputs)
 
     @classmethod
     def failed(cls, reason: str, **kw: Any) -> TrialResult:
@@ -57,7 +58,7 @@ def normalize(raw: Any) -> dict[str, Any]:
         raise ValueError(f"objective returned {type(raw).__name__}, expected a mapping")
     metrics: dict[str, float] = {}
     for key, value in raw.items():
-        if key in ("history", "tags", "artifacts", "health"):
+        if key in ("history", "tags", "artifacts", "health", "datasets"):
             continue
         try:
             metrics[str(key)] = float(value)
@@ -73,6 +74,7 @@ def normalize(raw: Any) -> dict[str, Any]:
         "history": {k: [float(x) for x in v] for k, v in dict(raw.get("history", {})).items()},
         "tags": {k: str(v) for k, v in dict(raw.get("tags", {})).items()},
         "artifacts": {str(k): bytes(v) for k, v in dict(raw.get("artifacts", {})).items()},
+        "datasets": [dict(d) for d in raw.get("datasets", [])],
     }
 
 
@@ -112,7 +114,8 @@ def combine(replicates: Sequence[TrialResult]) -> TrialResult:
         artifacts |= {f"replicates/seed{r.seed}/{k}": v for k, v in r.artifacts.items()}
     history["replicate_val_loss"] = [float(v) for v in losses]
     return TrialResult(Kind.OK, metrics, history, dict(first.tags), artifacts, node=node, seconds=seconds,
-                       config=dict(first.config), seed=first.seed, replicates=list(replicates))
+                       config=dict(first.config), seed=first.seed, replicates=list(replicates),
+                       datasets=list(first.datasets))
 
 
 # --- onto Optuna --------------------------------------------------------------------------
@@ -173,4 +176,6 @@ def mlflow_record(result: TrialResult) -> tuple[str, dict[str, Any]]:
         artifacts["traceback.txt"] = (result.traceback or result.reason).encode()
     record = {"metrics": dict(result.metrics), "history": dict(result.history), "tags": tags,
               "artifacts": artifacts, "config": dict(result.config) or None}
+    if result.datasets:
+        record["datasets"] = list(result.datasets)
     return _STATUS[result.kind], record

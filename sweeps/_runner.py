@@ -100,6 +100,10 @@ def run_sweep(cfg: RunConfig) -> Outcome:
     study.set_user_attr(A.SPACE, cfg.space.to_dict())
     study.set_user_attr(A.OBJECTIVE, cfg.objective)
     study.set_user_attr(A.SETTINGS, cfg.stored())
+    if cfg.builtin:
+        from objectives import data_digest
+
+        study.set_user_attr(A.DATA_DIGEST, data_digest(cfg.model, cfg.data))
     mlflow = SafeTracker(cfg.tracking_uri, cfg.study_name, artifact_root=cfg.artifact_root)
     parent = ""
     if mlflow.experiment_id is not None:

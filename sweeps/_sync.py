@@ -57,7 +57,8 @@ def sync_study(study: Any, workdir: Path, tracking_uri: str, *, artifact_root: P
                 artifacts = {str(p.relative_to(art_dir)): p.read_bytes() for p in art_dir.rglob("*") if p.is_file()}
             tracker.finish_trial(run_id, status=record["status"], metrics=record.get("metrics", {}),
                                  history=record.get("history", {}), tags=record.get("tags", {}),
-                                 artifacts=artifacts, config=record.get("config"))
+                                 artifacts=artifacts, config=record.get("config"),
+                                 datasets=record.get("datasets", ()))
             record_path.unlink()
             shutil.rmtree(art_dir, ignore_errors=True)
         else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +142,7 @@ class Tracker:
         tags: Mapping[str, str] = {},
         artifacts: Mapping[str, bytes] = {},
         config: Mapping[str, Any] | None = None,
+        datasets: Sequence[Mapping[str, Any]] = (),
     ) -> str:
         """Log a finished trial's record and end its run; returns the run id."""
         from mlflow.entities import Metric, RunTag
@@ -155,6 +156,8 @@ class Tracker:
         tag_rows = [RunTag(k, str(v)) for k, v in tags.items()]
         for i in range(0, max(len(rows), 1), 1000):
             self.client.log_batch(run_id, metrics=rows[i : i + 1000], tags=tag_rows if i == 0 else [])
+        if datasets:
+            self.log_datasets(run_id, datasets)
         files = dict(artifacts)
         if config is not None:
             import yaml
@@ -172,6 +175,17 @@ class Tracker:
         self.log_images(run_id, {k: v for k, v in files.items() if k.startswith(SAMPLES_DIR) and k.endswith(".png")})
         self.client.set_terminated(run_id, status=status)
         return run_id
+
+    def log_datasets(self, run_id: str, datasets: Sequence[Mapping[str, Any]]) -> None:
+        """The data a trial saw, as MLflow dataset inputs (the UI's Dataset column), each with
+        its context (training / validation) and content digest."""
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        self.client.log_inputs(run_id, datasets=[
+            DatasetInput(Dataset(name=d["name"], digest=d["digest"], source_type=d["source_type"],
+                                 source=d["source"], profile=json.dumps({"num_images": d.get("images")})),
+                         tags=[InputTag("mlflow.data.context", d["context"])])
+            for d in datasets])
 
     def log_images(self, run_id: str, images: Mapping[str, bytes]) -> None:
         """Sample grids as MLflow images too (the run page's image view), keyed by concept."""

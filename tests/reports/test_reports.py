@@ -196,7 +196,17 @@ def test_report_command_overlays_several_studies(messy_study, tmp_path, capsys):
     assert set(table["study"]) == {"messy", "other"}
     assert (out / "pareto.png").stat().st_size > 0 and (out / "pareto_front.html").is_file()
     assert (tmp_path / "reports/other/index.html").is_file()
-    assert "comparison:" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "comparison:" in captured.out and "different data" not in captured.err
+    # studies whose trials saw different data are never compared unknowingly
+    messy_study.set_user_attr("data_digest", "aaaa-bbbb")
+    other.set_user_attr("data_digest", "cccc-dddd")
+    assert main(["report", "messy", "other", "--storage", storage, "--workdir", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert "different data" in err and "messy: aaaa-bbbb" in err and "other: cccc-dddd" in err
+    assert "different data" in (out / "pareto.md").read_text()
+    assert json.loads((tmp_path / "reports/other/summary.json").read_text())["data_digest"] == "cccc-dddd"
+    messy_study.set_user_attr("data_digest", None)
 
 
 def _grid_png(color: tuple[int, int, int]) -> bytes:

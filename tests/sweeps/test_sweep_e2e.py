@@ -112,6 +112,11 @@ def test_every_trial_draws_samples_seen_in_mlflow_and_the_report(tiny_sweep):
         assert any("samples" in p for p in images), images
         run = client.get_run(run_id)
         assert -1 <= run.data.metrics["fidelity"] <= 1 and run.data.metrics["sample_seconds"] > 0
+        # the data it saw, as MLflow dataset inputs (the UI's Dataset column), digests the study's
+        inputs = {(d.dataset.name, d.dataset.digest, {t.key: t.value for t in d.tags}["mlflow.data.context"])
+                  for d in run.inputs.dataset_inputs}
+        digest = study.user_attrs["data_digest"].split("-")
+        assert inputs == {("synthetic-training", digest[0], "training"), ("synthetic-validation", digest[1], "validation")}
         # kept beside the study too, where the report finds them
         assert (cwd / f"csweep_runs/samples/warmup_init/{t.number}/red-circle.png").is_file()
     parent = study.user_attrs["mlflow_parent_run_id"]
