@@ -248,7 +248,8 @@ def train(
     """The textual-inversion run itself (`on_step(step, metrics)` after every step)."""
     cfg = resolve_params(params)
     hcfg = health if isinstance(health, HealthConfig) else HealthConfig.from_mapping(health or {})
-    scfg = samples if isinstance(samples, SampleConfig) else SampleConfig.from_mapping(samples or {"enabled": False})
+    scfg = (samples if isinstance(samples, SampleConfig) else
+            SampleConfig(enabled=False) if samples is None else SampleConfig.from_mapping(samples))
     device = pick_device()
     if cfg["precision"] == "fp16" and device.type != "cuda":
         raise ValueError("precision fp16 needs a CUDA device (GradScaler); this worker has none: use bf16 or fp32")
