@@ -223,3 +223,43 @@ def test_unreachable_ray_address_fails_fast(analytic_project, cli):
     assert res.returncode == 2 and time.time() - started < 60  # a generous bound: no hang
     assert res.stderr.strip().splitlines()[-1].startswith("csweep: error: --ray-address")
     assert not (analytic_project / "csweep_runs").exists()
+
+
+def test_ray_job_submit_runs_the_sweep_inside_the_jobs_cluster(analytic_project, tmp_path):
+    """As Ray users launch work: a head with its dashboard on loopback, then `ray job submit
+    --working-dir . -- csweep run ...`; csweep joins the job's cluster and reuses its runtime env
+    (no --ray-address, no second working_dir), the job ends SUCCEEDED, its trials are in the study."""
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token", "PYTHONPATH": str(ROOT)}
+    env.pop("RAY_ADDRESS", None)
+    nodes: list[subprocess.Popen] = []
+    try:
+        for attempt in range(3):
+            port, dash = _free_port(), _free_port()
+            temp = Path("/tmp") / f"csweep-ray-{uuid.uuid4().hex[:6]}"
+            head = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--port", str(port),
+                    "--node-ip-address", "127.0.0.1", "--include-dashboard", "true", "--dashboard-host", "127.0.0.1",
+                    "--dashboard-port", str(dash), "--num-cpus", "2", "--disable-usage-stats", "--temp-dir",
+                    str(temp), "--block"]
+            proc = subprocess.Popen(head, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            nodes.append(proc)
+            deadline = time.time() + 180
+            while proc.poll() is None and not _port_open(dash) and time.time() < deadline:
+                time.sleep(0.5)
+            if proc.poll() is None and _port_open(dash):
+                break
+            _stop(nodes)
+            assert attempt < 2, f"ray start --head with dashboard failed: {(proc.stdout.read() if proc.stdout else '')[-2000:]}"
+        workdir = tmp_path / "runs"
+        job = subprocess.run(
+            [sys.executable, "-m", "ray.scripts.scripts", "job", "submit", "--address", f"http://127.0.0.1:{dash}",
+             "--working-dir", str(analytic_project), "--", "python", "-m", "sweeps", "run", "analytic.yaml",
+             "--trials", "3", "--workers", "2", "--no-progress", "--workdir", str(workdir)],
+            env=env, capture_output=True, text=True, timeout=600)
+        out = job.stdout + job.stderr
+        assert job.returncode == 0, out[-4000:]
+        assert "succeeded" in out.lower(), out[-2000:]
+        study = optuna.load_study(study_name="analytic", storage=f"sqlite:///{workdir / 'optuna.db'}")
+        assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
+        assert "3 completed" in out
+    finally:
+        _stop(nodes)
