@@ -169,7 +169,7 @@ def law_png(fit: LawFit, path: Path) -> Path:
     px = np.array([p[0] for p in fit.points])
     py = np.array([p[1] for p in fit.points])
     if len(px):
-        ax.scatter(px, py, c=PALETTE[0], label=f"best {fit.y} per {fit.x} bin")
+        ax.scatter(px, py, c=PALETTE[0], label=f"{fit.y}* read off the surrogate")
     if math.isfinite(fit.alpha) and len(px):
         grid = np.geomspace(px.min(), px.max(), 50)
         ax.plot(grid, fit.c * grid**fit.alpha, c=PALETTE[1],
@@ -179,6 +179,14 @@ def law_png(fit: LawFit, path: Path) -> Path:
             ax.plot(grid, ref, c="#888888", ls=style, lw=1, label=f"folk alpha = {a:+.1f}")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    # within a decade matplotlib labels every minor tick, and the labels run into each other
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=8))
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
+        axis.set_minor_formatter(NullFormatter())
+    ax.tick_params(axis="x", labelrotation=30)
     ax.set_xlabel(fit.x)
     ax.set_ylabel(f"{fit.y}*")
     return _save(fig, ax, path, title=f"{fit.y}*({fit.x}), power law", legend=7, grid="both")
