@@ -579,7 +579,19 @@ def cmd_ui(a: argparse.Namespace) -> int:
         except OSError:
             time.sleep(0.5)
     if proc.poll() is None:
-        print(f"MLflow UI: http://{a.host}:{a.port}  (Ctrl-C to stop)", flush=True)
+        url = f"http://{a.host}:{a.port}"
+        print(f"MLflow UI: {url}  (Ctrl-C to stop)", flush=True)
+        # MLflow 3's UI opens experiments in its GenAI view unless told the workflow: link each
+        # study's page of training runs
+        try:
+            from mlflow.tracking import MlflowClient
+
+            for exp in MlflowClient(tracking_uri=tracking).search_experiments():
+                if exp.name != "Default":
+                    print(f"  {exp.name}: {url}/#/experiments/{exp.experiment_id}?workflowType=machine_learning",
+                          flush=True)
+        except Exception:  # noqa: BLE001 - the links are a convenience; the UI is up
+            pass
     try:
         return proc.wait()
     except KeyboardInterrupt:

@@ -272,6 +272,25 @@ def test_ui_serves_the_study_on_loopback(tiny_sweep):
         assert {m["key"] for m in parent["data"]["metrics"]} >= {"best_val_loss", "front_size", "hypervolume"}
         with urllib.request.urlopen(f"{base}/", timeout=10) as r:
             assert r.status == 200
+        # the real UI in headless Chromium, opened at the link `csweep ui` prints for the study:
+        # its training runs (not MLflow 3's GenAI view), the parent listed, the six trials under it
+        import re
+        import shutil
+
+        lines = []
+        while not any("warmup_init:" in ln for ln in lines):
+            lines.append(proc.stdout.readline().decode())
+        link = next(ln for ln in lines if "warmup_init:" in ln).split("warmup_init:")[1].strip()
+        assert link.startswith(base) and "workflowType=machine_learning" in link
+        browser = shutil.which("chromium") or shutil.which("chromium-browser")
+        dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                              f"--user-data-dir={cwd / 'chromium-profile'}", "--window-size=1400,1000",
+                              "--virtual-time-budget=40000", "--dump-dom", link],
+                             capture_output=True, text=True, timeout=180).stdout
+        text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", re.sub(r"<(script|style).*?</\1>", "", dom, flags=re.S)))
+        assert "Runs" in text and "warmup_init" in text, text[:2000]
+        assert "7 matching runs" in text, text[:2000]  # the parent and its six trials
+        assert "Observability" not in text  # not the GenAI view
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
