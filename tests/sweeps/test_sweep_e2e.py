@@ -277,8 +277,8 @@ def test_ui_serves_the_study_on_loopback(tiny_sweep):
         import re
         import shutil
 
-        lines = []
-        while not any("warmup_init:" in ln for ln in lines):
+        lines: list[str] = []
+        while not any("warmup_init:" in ln for ln in lines) and len(lines) < 5000:
             lines.append(proc.stdout.readline().decode())
         link = next(ln for ln in lines if "warmup_init:" in ln).split("warmup_init:")[1].strip()
         assert link.startswith(base) and "workflowType=machine_learning" in link
