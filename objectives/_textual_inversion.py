@@ -25,7 +25,8 @@ from ._data import TEMPLATES, VAL_TEMPLATE, ConceptSet, dataset_inputs, folder_c
 from ._health import HealthMonitor
 from ._health_config import HealthConfig, TrialStopped
 from ._memory import MemoryMeter
-from ._model import BaseModel, condition, load_base_model
+from ._condition import condition
+from ._model import BaseModel, load_base_model
 from ._params import resolve_params
 from ._fidelity import VaeEncoder, VisionEncoder, fidelity
 from ._samples import SampleConfig, draw_samples

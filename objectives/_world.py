@@ -78,7 +78,7 @@ def pretrain_world(parts: dict[str, Any], *, res: int, progress: Progress | None
     """Both stages on the components of `_model._tiny_components`; returns the final losses."""
     from diffusers.optimization import get_scheduler
 
-    from ._model import condition
+    from ._condition import condition
 
     cfg = {**WORLD_PRETRAIN, **overrides}
     tok, encoders, unet, vae, sched = (

@@ -52,8 +52,9 @@ def gallery_html(rep: Any, samples: Path | None) -> str:
              "<div class='gallery'>"]
     for label, row, grids in rows:
         facts = [f"val_loss {_fmt(row['val_loss'])}", f"peak_mem_mb {_fmt(row['peak_mem_mb'])}"]
-        if str(row.get("health", "")):
-            facts.append(f"health {row['health']}")
+        health = str(row["health"]) if "health" in row.index else ""
+        if health and health != "nan":
+            facts.append(f"health {health}")
         params = ", ".join(f"{p}={_fmt(row[p])}" for p in rep.params if p in row)
         imgs = "".join(f"<figure><img class='grid' alt='{esc(c)}' src='{uri}'><figcaption class='muted'>"
                        f"{esc(c)}</figcaption></figure>" for c, uri in grids.items())

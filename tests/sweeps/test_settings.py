@@ -30,6 +30,11 @@ def option_values(tmp: Path) -> dict[str, list[str]]:
 
     for i in range(2):
         Image.new("RGB", (16, 16), (40 * i, 0, 0)).save(data / f"{i}.png")
+    clip = tmp / "clip"  # what check_fidelity_model reads (the weights are not loaded here)
+    clip.mkdir()
+    (clip / "config.json").write_text('{"model_type": "clip_vision_model"}')
+    (clip / "preprocessor_config.json").write_text("{}")
+    (clip / "model.safetensors").write_bytes(b"")
     return {
         "--trials": ["7"], "--workers": ["3"], "--study": ["other"], "--workdir": [str(tmp / "wd")],
         "--storage": [f"sqlite:///{tmp}/o.db"], "--tracking-uri": [f"sqlite:///{tmp}/m.db"],
@@ -38,6 +43,7 @@ def option_values(tmp: Path) -> dict[str, list[str]]:
         "--objective": ["userobj:objective"], "--max-mem-mb": ["100"], "--cpus-per-trial": ["2"],
         "--gpus-per-trial": ["0.5"], "--max-retries": ["3"], "--max-fail-share": ["0.7"],
         "--no-early-stop": [], "--health": ["patience=5"], "--no-progress": [],
+        "--samples": ["3"], "--no-samples": [], "--fidelity-model": [str(clip)],
     }
 
 
