@@ -250,12 +250,18 @@ def test_ray_job_submit_runs_the_sweep_inside_the_jobs_cluster(analytic_project,
             _stop(nodes)
             assert attempt < 2, f"ray start --head with dashboard failed: {(proc.stdout.read() if proc.stdout else '')[-2000:]}"
         workdir = tmp_path / "runs"
-        job = subprocess.run(
-            [sys.executable, "-m", "ray.scripts.scripts", "job", "submit", "--address", f"http://127.0.0.1:{dash}",
-             "--working-dir", str(analytic_project), "--", "python", "-m", "sweeps", "run", "analytic.yaml",
-             "--trials", "3", "--workers", "2", "--no-progress", "--workdir", str(workdir)],
-            env=env, capture_output=True, text=True, timeout=600)
-        out = job.stdout + job.stderr
+        deadline = time.time() + 120
+        while True:
+            job = subprocess.run(
+                [sys.executable, "-m", "ray.scripts.scripts", "job", "submit", "--address",
+                 f"http://127.0.0.1:{dash}", "--working-dir", str(analytic_project), "--", "python", "-m", "sweeps",
+                 "run", "analytic.yaml", "--trials", "3", "--workers", "2", "--no-progress", "--workdir", str(workdir)],
+                env=env, capture_output=True, text=True, timeout=600)
+            out = job.stdout + job.stderr
+            # the dashboard answers before its job agent is up; Ray's own message says to try again
+            if "No available agent to submit job" not in out or time.time() > deadline:
+                break
+            time.sleep(2)
         assert job.returncode == 0, out[-4000:]
         assert "succeeded" in out.lower(), out[-2000:]
         study = optuna.load_study(study_name="analytic", storage=f"sqlite:///{workdir / 'optuna.db'}")
