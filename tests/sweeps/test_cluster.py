@@ -234,12 +234,14 @@ def test_ray_job_submit_runs_the_sweep_inside_the_jobs_cluster(analytic_project,
     nodes: list[subprocess.Popen] = []
     try:
         for attempt in range(3):
-            port, dash = _free_port(), _free_port()
+            port, dash, agent = _free_port(), _free_port(), _free_port()
             temp = Path("/tmp") / f"csweep-ray-{uuid.uuid4().hex[:6]}"
+            # the job agent on a port of its own: its default (52365) may still be held by a
+            # cluster another test just stopped
             head = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--port", str(port),
                     "--node-ip-address", "127.0.0.1", "--include-dashboard", "true", "--dashboard-host", "127.0.0.1",
-                    "--dashboard-port", str(dash), "--num-cpus", "2", "--disable-usage-stats", "--temp-dir",
-                    str(temp), "--block"]
+                    "--dashboard-port", str(dash), "--dashboard-agent-listen-port", str(agent), "--num-cpus", "2",
+                    "--disable-usage-stats", "--temp-dir", str(temp), "--block"]
             proc = subprocess.Popen(head, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             nodes.append(proc)
             deadline = time.time() + 180
@@ -250,7 +252,7 @@ def test_ray_job_submit_runs_the_sweep_inside_the_jobs_cluster(analytic_project,
             _stop(nodes)
             assert attempt < 2, f"ray start --head with dashboard failed: {(proc.stdout.read() if proc.stdout else '')[-2000:]}"
         workdir = tmp_path / "runs"
-        deadline = time.time() + 120
+        deadline = time.time() + 240
         while True:
             job = subprocess.run(
                 [sys.executable, "-m", "ray.scripts.scripts", "job", "submit", "--address",
