@@ -52,6 +52,8 @@ def gallery_html(rep: Any, samples: Path | None) -> str:
              "<div class='gallery'>"]
     for label, row, grids in rows:
         facts = [f"val_loss {_fmt(row['val_loss'])}", f"peak_mem_mb {_fmt(row['peak_mem_mb'])}"]
+        if "fidelity" in row.index:
+            facts.append(f"fidelity {_fmt(row['fidelity'])}")
         health = str(row["health"]) if "health" in row.index else ""
         if health and health != "nan":
             facts.append(f"health {health}")

@@ -71,6 +71,7 @@ def trials_frame(study: Any) -> pd.DataFrame:
     synced = study.user_attrs.get(A.SYNCED_RUNS, {})  # runs created by `csweep sync`
     stale = study.user_attrs.get(A.STALE, {})
     rows = []
+    fidelity = any(A.FIDELITY in t.user_attrs for t in study.trials)
     for t in study.trials:
         outcome = _outcome(t)
         values = t.values if t.values is not None and outcome == "ok" else [math.nan, math.nan]
@@ -87,6 +88,8 @@ def trials_frame(study: Any) -> pd.DataFrame:
             within = values[1] <= max_mem if max_mem is not None else True
             row["feasible"] = bool(t.state.name == "COMPLETE" and outcome == "ok" and within
                                    and all(c <= 0 for c in _constraint_values(t)))
+        if fidelity:
+            row["fidelity"] = t.user_attrs.get(A.FIDELITY, math.nan) if outcome == "ok" else math.nan
         row["outcome"] = outcome
         row["n_seeds"] = int(t.user_attrs.get(A.N_SEEDS, 1))
         row["val_loss_std"] = t.user_attrs.get(A.VAL_LOSS_STD, math.nan)
@@ -97,7 +100,7 @@ def trials_frame(study: Any) -> pd.DataFrame:
                          or stale.get(str(t.number), ""))
         rows.append(row)
     columns = list(FIXED_COLUMNS) + names + (["feasible"] if constrained else [])
-    columns += ["outcome", *NOISE_COLUMNS, "health", "node_id", "reason"]
+    columns += (["fidelity"] if fidelity else []) + ["outcome", *NOISE_COLUMNS, "health", "node_id", "reason"]
     return pd.DataFrame(rows, columns=columns)
 
 

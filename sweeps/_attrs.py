@@ -32,4 +32,5 @@ SEEDS = "seeds"
 VAL_LOSS_STD = "val_loss_std"
 VAL_LOSS_SEM = "val_loss_sem"
 VAL_LOSS_REPLICATES = "val_loss_replicates"
+FIDELITY = "fidelity"  # concept fidelity of the trial's samples, when it drew any
 RERUN_OF = "rerun_of"  # `csweep rerun-front`: the trial whose config this one re-trains

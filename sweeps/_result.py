@@ -141,6 +141,8 @@ def tell(study: Any, trial: Any, result: TrialResult, *, max_mem_mb: float | Non
             trial.set_user_attr(A.VAL_LOSS_STD, m[A.VAL_LOSS_STD])
             trial.set_user_attr(A.VAL_LOSS_SEM, m[A.VAL_LOSS_SEM])
             trial.set_user_attr(A.VAL_LOSS_REPLICATES, [r.metrics["val_loss"] for r in result.replicates])
+        if A.FIDELITY in m:  # the reports show it beside the objectives
+            trial.set_user_attr(A.FIDELITY, m[A.FIDELITY])
         if max_mem_mb is not None:
             trial.set_constraint("peak_mem_mb", m["peak_mem_mb"] - max_mem_mb)
         study.tell(trial, [m["val_loss"], m["peak_mem_mb"]])

@@ -112,6 +112,7 @@ def test_every_trial_draws_samples_seen_in_mlflow_and_the_report(tiny_sweep):
         assert any("samples" in p for p in images), images
         run = client.get_run(run_id)
         assert -1 <= run.data.metrics["fidelity"] <= 1 and run.data.metrics["sample_seconds"] > 0
+        assert t.user_attrs["fidelity"] == pytest.approx(run.data.metrics["fidelity"])
         # the data it saw, as MLflow dataset inputs (the UI's Dataset column), digests the study's
         inputs = {(d.dataset.name, d.dataset.digest, {t.key: t.value for t in d.tags}["mlflow.data.context"])
                   for d in run.inputs.dataset_inputs}
@@ -124,6 +125,8 @@ def test_every_trial_draws_samples_seen_in_mlflow_and_the_report(tiny_sweep):
     page = (cwd / "csweep_runs/reports/warmup_init/index.html").read_text()
     front = pd.read_csv(cwd / "csweep_runs/reports/warmup_init/pareto.csv")
     assert all(f"id='samples-{int(n)}'" in page for n in front["trial"])
+    # fidelity beside the objectives, in the tables and the gallery
+    assert front["fidelity"].between(-1, 1).all() and "fidelity " in page
 
 
 def test_pull_writes_what_diffusers_loads(tiny_sweep, cli, tmp_path):
