@@ -12,6 +12,7 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
+from typing import Any
 
 import optuna
 import psutil
@@ -153,23 +154,8 @@ def ray_cluster(tmp_path):
     base = ["--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--disable-usage-stats", "--block"]
     nodes: list[subprocess.Popen] = []
     try:
-        for attempt in range(3):
-            # a free port can be taken again before Ray binds it (or be one Ray uses for itself,
-            # such as its agent's 52365): then start again on another
-            port = _free_port()
-            temp = Path("/tmp") / f"csweep-ray-{uuid.uuid4().hex[:6]}"  # short: Ray's socket paths are limited
-            head = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--port", str(port),
-                    "--include-dashboard", "false", "--temp-dir", str(temp), *base,
-                    "--min-worker-port", "21000", "--max-worker-port", "21200"]
-            proc = subprocess.Popen(head, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            nodes.append(proc)
-            deadline = time.time() + 180
-            while proc.poll() is None and not _port_open(port) and time.time() < deadline:
-                time.sleep(0.5)
-            if proc.poll() is None and _port_open(port):
-                break
-            _stop(nodes)
-            assert attempt < 2, f"ray start --head failed: {(proc.stdout.read() if proc.stdout else '')[-2000:]}"
+        port = _start_head(nodes, env, lambda p: [
+            "--include-dashboard", "false", *base, "--min-worker-port", "21000", "--max-worker-port", "21200"])["port"]
         second = [sys.executable, "-m", "ray.scripts.scripts", "start", "--address", f"127.0.0.1:{port}", *base,
                   "--min-worker-port", "21201", "--max-worker-port", "21400"]
         nodes.append(subprocess.Popen(second, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
@@ -177,6 +163,28 @@ def ray_cluster(tmp_path):
         yield f"127.0.0.1:{port}"
     finally:
         _stop(nodes)
+
+
+def _start_head(nodes: list[subprocess.Popen], env: dict, args: Any, *, wait_for: str = "port") -> dict[str, int]:
+    """`ray start --head ... --block` as a child of this test (appended to `nodes`), on fresh
+    ports; returns them once the `wait_for` port answers. A free port can be taken again before
+    Ray binds it (or be one Ray uses for itself, such as its agent's 52365): then start again on
+    others, three tries in all."""
+    for attempt in range(3):
+        ports = {"port": _free_port(), "dash": _free_port(), "agent": _free_port()}
+        temp = Path("/tmp") / f"csweep-ray-{uuid.uuid4().hex[:6]}"  # short: Ray's socket paths are limited
+        head = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--port", str(ports["port"]),
+                "--temp-dir", str(temp), *args(ports)]
+        proc = subprocess.Popen(head, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        nodes.append(proc)
+        deadline = time.time() + 180
+        while proc.poll() is None and not _port_open(ports[wait_for]) and time.time() < deadline:
+            time.sleep(0.5)
+        if proc.poll() is None and _port_open(ports[wait_for]):
+            return ports
+        _stop(nodes)
+        assert attempt < 2, f"ray start --head failed: {(proc.stdout.read() if proc.stdout else '')[-2000:]}"
+    raise AssertionError("unreachable")
 
 
 def _wait_nodes(address: str, count: int, env: dict) -> None:
@@ -233,24 +241,12 @@ def test_ray_job_submit_runs_the_sweep_inside_the_jobs_cluster(analytic_project,
     env.pop("RAY_ADDRESS", None)
     nodes: list[subprocess.Popen] = []
     try:
-        for attempt in range(3):
-            port, dash, agent = _free_port(), _free_port(), _free_port()
-            temp = Path("/tmp") / f"csweep-ray-{uuid.uuid4().hex[:6]}"
-            # the job agent on a port of its own: its default (52365) may still be held by a
-            # cluster another test just stopped
-            head = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--port", str(port),
-                    "--node-ip-address", "127.0.0.1", "--include-dashboard", "true", "--dashboard-host", "127.0.0.1",
-                    "--dashboard-port", str(dash), "--dashboard-agent-listen-port", str(agent), "--num-cpus", "2",
-                    "--disable-usage-stats", "--temp-dir", str(temp), "--block"]
-            proc = subprocess.Popen(head, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            nodes.append(proc)
-            deadline = time.time() + 180
-            while proc.poll() is None and not _port_open(dash) and time.time() < deadline:
-                time.sleep(0.5)
-            if proc.poll() is None and _port_open(dash):
-                break
-            _stop(nodes)
-            assert attempt < 2, f"ray start --head with dashboard failed: {(proc.stdout.read() if proc.stdout else '')[-2000:]}"
+        # the job agent on a port of its own: its default (52365) may still be held by a cluster
+        # another test just stopped
+        dash = _start_head(nodes, env, lambda p: [
+            "--node-ip-address", "127.0.0.1", "--include-dashboard", "true", "--dashboard-host", "127.0.0.1",
+            "--dashboard-port", str(p["dash"]), "--dashboard-agent-listen-port", str(p["agent"]), "--num-cpus", "2",
+            "--disable-usage-stats", "--block"], wait_for="dash")["dash"]
         workdir = tmp_path / "runs"
         deadline = time.time() + 240
         while True:
