@@ -28,11 +28,11 @@ def prepare_model(spec: str, *, on_build: Callable[[str], None] | None = None) -
     if not (target / "model_index.json").is_file():
         if on_build is not None:
             on_build(str(target))
-        build_tiny(spec, progress=_build_bar(spec))
+        build_tiny(spec, progress=build_progress(spec))
     return str(target)
 
 
-def _build_bar(spec: str) -> Callable[[str, int, int], None]:
+def build_progress(spec: str) -> Callable[[str, int, int], None]:
     """A progress bar per pretraining stage on stderr (the build takes minutes on a small CPU)."""
     from tqdm import tqdm
 

@@ -32,25 +32,15 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "objectives" / "tiny_models")
     args = ap.parse_args()
     import torch
-    from tqdm import tqdm
 
     torch.set_num_threads(1)
+    from objectives._export import build_progress
     from objectives._model import _save_pipeline, build_tiny_parts
 
     for name in args.names:
         started = time.perf_counter()
-        bars: dict[str, tqdm] = {}
-
-        def progress(stage: str, i: int, n: int) -> None:
-            if stage not in bars:
-                bars[stage] = tqdm(total=n, desc=f"{name}: {stage}", mininterval=5)
-            bar = bars[stage]
-            bar.update(i - bar.n)
-
         with tempfile.TemporaryDirectory() as tmp:
-            parts = build_tiny_parts(name, Path(tmp), progress)
-        for bar in bars.values():
-            bar.close()
+            parts = build_tiny_parts(name, Path(tmp), build_progress(name))
         target = args.out / name
         _save_pipeline(parts, target)
         print(f"{name}: {time.perf_counter() - started:.0f} s, weights sha256 {digest(target)} -> {target}")
