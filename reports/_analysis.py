@@ -17,12 +17,41 @@ OBJECTIVES = ("val_loss", "peak_mem_mb")
 FOLK_ALPHAS = (-0.5, 0.5)
 
 
+@dataclass(frozen=True)
+class Objectives:
+    """A study's objectives and their directions (Optuna's metric names and directions):
+    val_loss and peak_mem_mb, and fidelity (maximized) when the study was run with it."""
+
+    names: tuple[str, ...] = OBJECTIVES
+    directions: tuple[str, ...] = ("minimize", "minimize")
+
+    @classmethod
+    def of(cls, study: Any) -> Objectives:
+        dirs = tuple(d.name.lower() for d in study.directions)
+        names = tuple(study.metric_names or OBJECTIVES[: len(dirs)])
+        return cls(names, dirs)
+
+    def minimized(self, frame: pd.DataFrame) -> np.ndarray:
+        """The objective columns of `frame` as points of a minimisation problem (the maximized
+        ones negated), for the Pareto set and the hypervolume."""
+        pts = frame[list(self.names)].to_numpy(dtype=float).reshape(len(frame), len(self.names))
+        return pts * self.signs
+
+    @property
+    def signs(self) -> np.ndarray:
+        return np.array([-1.0 if d == "maximize" else 1.0 for d in self.directions])
+
+    def words(self) -> str:
+        """'minimize val_loss, minimize peak_mem_mb, maximize fidelity'"""
+        return ", ".join(f"{d} {n}" for n, d in zip(self.names, self.directions))
+
+
 # --- Pareto front and hypervolume --------------------------------------------------------
 # Optuna has no public routine for the Pareto set of plain points nor for a hypervolume: its
 # private ones are used under an upper bound on Optuna's version (pyproject), and
 # tests/reports/test_optuna_private_api.py fails loudly when they move.
 def pareto_mask(points: np.ndarray) -> np.ndarray:
-    """Non-dominated rows of a (n, 2) minimisation problem, by Optuna's own routine."""
+    """Non-dominated rows of a (n, k) minimisation problem, by Optuna's own routine."""
     from optuna.study._multi_objective import _is_pareto_front
 
     if len(points) == 0:
@@ -48,12 +77,14 @@ def hypervolume(points: np.ndarray, ref: Sequence[float]) -> float:
     return float(compute_hypervolume(pts[pareto_mask(pts)], np.asarray(ref, dtype=float)))
 
 
-def hypervolume_history(trials: pd.DataFrame, ok: pd.DataFrame, ref: Sequence[float]) -> pd.DataFrame:
-    """Hypervolume of the front of the usable trials `ok` after each trial number of `trials`."""
+def hypervolume_history(trials: pd.DataFrame, ok: pd.DataFrame, ref: Sequence[float],
+                        objectives: Objectives = Objectives()) -> pd.DataFrame:
+    """Hypervolume of the front of the usable trials `ok` after each trial number of `trials`
+    (`ref` in the minimised space of `objectives.minimized`)."""
     ok = ok.sort_values("trial")
     rows = []
     for n in sorted(trials["trial"]):
-        pts = ok[ok["trial"] <= n][list(OBJECTIVES)].to_numpy()
+        pts = objectives.minimized(ok[ok["trial"] <= n])
         rows.append({"trial": int(n), "hypervolume": hypervolume(pts, ref) if len(pts) else 0.0})
     return pd.DataFrame(rows, columns=["trial", "hypervolume"])
 
@@ -61,62 +92,70 @@ def hypervolume_history(trials: pd.DataFrame, ok: pd.DataFrame, ref: Sequence[fl
 # --- seed noise --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class NoiseFloor:
-    """Pooled within-config std of val_loss, from the trials' seed replicates."""
+    """Pooled within-config std of a score (val_loss, fidelity), from the trials' seed
+    replicates."""
 
     std: float | None  # None: not measured (every trial has one seed)
     n_configs: int  # configs with two or more seeds
     dof: int  # degrees of freedom of the pooled estimate
+    metric: str = "val_loss"
 
     def sentence(self, spread: float | None = None) -> str:
         if self.std is None:
-            return ("Seed noise: not measured (every trial ran one seed); run with --seeds 2 or more, or "
-                    "`csweep rerun-front` to re-train the front with fresh seeds.")
-        out = (f"Seed noise floor: val_loss std {self.std:.3g} within a config (pooled over {self.n_configs} "
+            return (f"Seed noise of {self.metric}: not measured (every trial ran one seed); run with --seeds 2 "
+                    "or more, or `csweep rerun-front` to re-train the front with fresh seeds.")
+        m = self.metric
+        out = (f"Seed noise floor: {m} std {self.std:.3g} within a config (pooled over {self.n_configs} "
                f"configs, {self.dof} degrees of freedom).")
         if spread is not None and self.std > 0:
-            out += (f" The configs' val_loss spreads {spread:.3g} (std across trials), "
+            out += (f" The configs' {m} spreads {spread:.3g} (std across trials), "
                     f"{spread / self.std:.1f}x the seed noise.")
         return out
 
 
-def noise_floor(ok: pd.DataFrame) -> NoiseFloor:
-    if "n_seeds" not in ok.columns or "val_loss_std" not in ok.columns:
-        return NoiseFloor(None, 0, 0)
+def noise_floor(ok: pd.DataFrame, metric: str = "val_loss") -> NoiseFloor:
+    std_col = f"{metric}_std"
+    if "n_seeds" not in ok.columns or std_col not in ok.columns:
+        return NoiseFloor(None, 0, 0, metric)
     n = ok["n_seeds"].fillna(1).astype(int).to_numpy()
-    s = ok["val_loss_std"].astype(float).to_numpy()
+    s = ok[std_col].astype(float).to_numpy()
     use = (n >= 2) & np.isfinite(s)
     if not use.any():
-        return NoiseFloor(None, 0, 0)
+        return NoiseFloor(None, 0, 0, metric)
     dof = int((n[use] - 1).sum())
-    return NoiseFloor(float(math.sqrt(((n[use] - 1) * s[use] ** 2).sum() / dof)), int(use.sum()), dof)
+    return NoiseFloor(float(math.sqrt(((n[use] - 1) * s[use] ** 2).sum() / dof)), int(use.sum()), dof, metric)
 
 
-def trial_sems(ok: pd.DataFrame, floor: NoiseFloor | None = None) -> np.ndarray:
-    """Standard error of each trial's val_loss: its own replicates' where it has them, else the
-    noise floor over sqrt(its seeds), else 0 (not measured)."""
-    floor = floor or noise_floor(ok)
+def trial_sems(ok: pd.DataFrame, floor: NoiseFloor | None = None, metric: str = "val_loss") -> np.ndarray:
+    """Standard error of each trial's score (val_loss, fidelity): its own replicates' where it
+    has them, else the noise floor over sqrt(its seeds), else 0 (not measured)."""
+    floor = floor or noise_floor(ok, metric)
     n = ok["n_seeds"].fillna(1).astype(float).to_numpy() if "n_seeds" in ok.columns else np.ones(len(ok))
-    own = ok["val_loss_sem"].astype(float).to_numpy() if "val_loss_sem" in ok.columns else np.full(len(ok), np.nan)
+    sem_col = f"{metric}_sem"
+    own = ok[sem_col].astype(float).to_numpy() if sem_col in ok.columns else np.full(len(ok), np.nan)
     fallback = (floor.std or 0.0) / np.sqrt(np.maximum(n, 1))
     return np.where(np.isfinite(own), own, fallback)
 
 
-def front_probability(ok: pd.DataFrame, trials: Sequence[int], *, draws: int = 1000, seed: int = 0) -> list[float]:
+def front_probability(ok: pd.DataFrame, trials: Sequence[int], *, objectives: Objectives = Objectives(),
+                      draws: int = 1000, seed: int = 0) -> list[float]:
     """Per trial in `trials`, the probability that it is non-dominated among the usable trials
-    `ok` when each trial's val_loss is drawn from N(its mean, its sem^2) (Monte Carlo)."""
+    `ok` when each trial's val_loss (and fidelity, when it is an objective) is drawn from
+    N(its mean, its sem^2) (Monte Carlo); peak memory is measured, not noisy."""
     if not len(trials):
         return []
-    sems = trial_sems(ok)
-    pts = ok[list(OBJECTIVES)].to_numpy(dtype=float)
+    pts = objectives.minimized(ok)
+    sems = {j: trial_sems(ok, metric=name) for j, name in enumerate(objectives.names) if name != "peak_mem_mb"}
     index = {int(t): i for i, t in enumerate(ok["trial"])}
     rows = [index[int(t)] for t in trials]
-    if not (sems > 0).any():
+    if not any((s > 0).any() for s in sems.values()):
         return [float(pareto_mask(pts)[r]) for r in rows]
     rng = np.random.default_rng(seed)
     hits = np.zeros(len(rows))
     for _ in range(draws):
         drawn = pts.copy()
-        drawn[:, 0] += rng.normal(0.0, 1.0, len(pts)) * sems
+        for j, s in sems.items():
+            drawn[:, j] += rng.normal(0.0, 1.0, len(pts)) * s
         hits += pareto_mask(drawn)[rows]
     return [float(h / draws) for h in hits]
 

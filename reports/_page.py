@@ -47,8 +47,8 @@ def render_page(rep: Any, *, images: Mapping[str, Path], figure: Any, tracking_u
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>csweep report: {esc(rep.name)}</title><style>{CSS}{GALLERY_CSS}</style></head><body>",
-        f"<h1>{esc(rep.name)}</h1><p class='muted'>csweep report — objectives: minimize val_loss, "
-        f"minimize peak_mem_mb{'; memory budget ' + str(s['max_mem_mb']) + ' MB' if s['max_mem_mb'] else ''}.</p>",
+        f"<h1>{esc(rep.name)}</h1><p class='muted'>csweep report — objectives: {esc(rep.objectives.words())}"
+        f"{'; memory budget ' + str(s['max_mem_mb']) + ' MB' if s['max_mem_mb'] else ''}.</p>",
         f"<div class='cards'><div class='card'>trials<b>{s['n_trials']}</b></div>{counts}"
         f"<div class='card'>Pareto front<b>{s['pareto_size']}</b></div>"
         f"<div class='card'>hypervolume<b>{hv}</b></div></div>",

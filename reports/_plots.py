@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ._analysis import OBJECTIVES, LawFit
+from ._analysis import LawFit, Objectives
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf")
 
@@ -47,27 +47,46 @@ def _sem95(rows: pd.DataFrame) -> np.ndarray | None:
     return 1.96 * sems if (sems > 0).any() else None
 
 
-def front_png(ok: pd.DataFrame, front: pd.DataFrame, path: Path, *, title: str, left_out: str = "") -> Path:
+def front_png(ok: pd.DataFrame, front: pd.DataFrame, path: Path, *, title: str, left_out: str = "",
+              objectives: Objectives = Objectives()) -> Path:
     """The usable trials (dominated grey, the front labelled, 95% seed-noise bars where measured);
-    trials without a usable result are named in the caption, never drawn."""
+    trials without a usable result are named in the caption, never drawn. With fidelity among
+    the objectives, a second panel shows val_loss against fidelity, the front's points are
+    coloured by fidelity, and no staircase is drawn (a projection of a 3-objective front is not
+    one)."""
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+    three = "fidelity" in objectives.names
+    if three:
+        fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.5), dpi=110, gridspec_kw={"width_ratios": [3, 2]})
+    else:
+        fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
     dominated = ok[~ok["trial"].isin(front["trial"])]
-    ax.scatter(dominated["peak_mem_mb"], dominated["val_loss"], c="#b0b0b0",
-               s=22, label=f"dominated ({len(dominated)})")
     f = front.sort_values("peak_mem_mb")
-    ax.step(f["peak_mem_mb"], f["val_loss"], where="post", c=PALETTE[1], lw=1.2, alpha=0.7)
     err = _sem95(f)
-    if err is not None:
-        ax.errorbar(f["peak_mem_mb"], f["val_loss"], yerr=err, fmt="none", ecolor=PALETTE[1], capsize=3,
-                    lw=1, label="95% seed-noise interval")
-    ax.scatter(f["peak_mem_mb"], f["val_loss"], c=PALETTE[1], s=40, zorder=3,
-               label=f"Pareto front ({len(f)})")
-    for _, row in f.iterrows():
-        ax.annotate(f"#{int(row['trial'])}", (row["peak_mem_mb"], row["val_loss"]),
-                    textcoords="offset points", xytext=(4, 4), fontsize=8, color=PALETTE[1])
-    ax.set_xlabel("peak_mem_mb (lower is better)")
-    ax.set_ylabel("val_loss (lower is better)")
+    panels = [(ax, "peak_mem_mb", "peak_mem_mb (lower is better)")]
+    if three:
+        panels.append((ax2, "fidelity", "fidelity (higher is better)"))
+    for axis, x, xlabel in panels:
+        axis.scatter(dominated[x], dominated["val_loss"], c="#b0b0b0", s=22, label=f"dominated ({len(dominated)})")
+        if not three:
+            axis.step(f[x], f["val_loss"], where="post", c=PALETTE[1], lw=1.2, alpha=0.7)
+        if err is not None:
+            axis.errorbar(f[x], f["val_loss"], yerr=err, fmt="none", ecolor=PALETTE[1], capsize=3,
+                          lw=1, label="95% seed-noise interval")
+        if three:
+            dots = axis.scatter(f[x], f["val_loss"], c=f["fidelity"].astype(float), cmap="viridis", s=46, zorder=3,
+                                edgecolors=PALETTE[1], linewidths=1.2, label=f"Pareto front ({len(f)})")
+        else:
+            axis.scatter(f[x], f["val_loss"], c=PALETTE[1], s=40, zorder=3, label=f"Pareto front ({len(f)})")
+        for _, row in f.iterrows():
+            axis.annotate(f"#{int(row['trial'])}", (row[x], row["val_loss"]),
+                          textcoords="offset points", xytext=(4, 4), fontsize=8, color=PALETTE[1])
+        axis.set_xlabel(xlabel)
+        axis.set_ylabel("val_loss (lower is better)")
+    if three:
+        fig.colorbar(dots, ax=ax2, label="fidelity of the front's trials")
+        ax2.grid(alpha=0.3)
+        ax2.set_title("validation loss vs concept fidelity")
     if left_out:
         fig.text(0.01, 0.01, left_out, fontsize=7, color="#666666")
     return _save(fig, ax, path, title=title)
@@ -88,14 +107,20 @@ def fronts_overlay_png(fronts: Mapping[str, pd.DataFrame], path: Path) -> Path:
 
 def _hover(row: pd.Series, params: list[str]) -> str:
     parts = [f"trial {int(row['trial'])}", f"val_loss={row['val_loss']:.5g}", f"peak_mem_mb={row['peak_mem_mb']:.5g}"]
+    if "fidelity" in row and pd.notna(row["fidelity"]):
+        parts.append(f"fidelity={row['fidelity']:.4g}")
     parts += [f"{p}={row[p]}" for p in params if p in row]
     return "<br>".join(parts)
 
 
-def front_figure(fronts: Mapping[str, tuple[pd.DataFrame, pd.DataFrame]], params: list[str]) -> Any:
-    """Interactive plotly figure: per study its dominated trials (grey) and its front."""
+def front_figure(fronts: Mapping[str, tuple[pd.DataFrame, pd.DataFrame]], params: list[str],
+                 objectives: Objectives = Objectives()) -> Any:
+    """Interactive plotly figure: per study its dominated trials (grey) and its front. With
+    fidelity among the objectives, the front's markers are coloured by fidelity (no staircase:
+    the front is over three objectives)."""
     import plotly.graph_objects as go
 
+    three = "fidelity" in objectives.names
     fig = go.Figure()
     for i, (name, (ok, front)) in enumerate(fronts.items()):
         dominated = ok[~ok["trial"].isin(front["trial"])]
@@ -108,10 +133,15 @@ def front_figure(fronts: Mapping[str, tuple[pd.DataFrame, pd.DataFrame]], params
         ))
         f = front.sort_values("peak_mem_mb")
         err = _sem95(f)
+        marker: dict[str, Any] = {"color": color, "size": 10}
+        if three:
+            marker = {"color": list(f["fidelity"].astype(float)), "colorscale": "Viridis", "size": 12,
+                      "line": {"color": color, "width": 2}, "colorbar": {"title": {"text": "fidelity"}}}
         fig.add_trace(go.Scatter(
-            x=f["peak_mem_mb"], y=f["val_loss"], mode="lines+markers+text", line={"shape": "hv", "color": color},
+            x=f["peak_mem_mb"], y=f["val_loss"], mode="markers+text" if three else "lines+markers+text",
+            line={"shape": "hv", "color": color},
             error_y=None if err is None else {"type": "data", "array": list(err), "visible": True},
-            marker={"color": color, "size": 10}, name=f"Pareto front{suffix}",
+            marker=marker, name=f"Pareto front{suffix}",
             text=[f"#{int(t)}" for t in f["trial"]], textposition="top right",
             hovertext=[_hover(r, params) for _, r in f.iterrows()], hoverinfo="text",
         ))

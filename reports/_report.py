@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from ._analysis import (
-    OBJECTIVES,
+    Objectives,
     coupling_analysis,
     coupling_frame,
     fit_power_law,
@@ -35,7 +36,7 @@ from ._plots import (
 )
 from sweeps import _attrs as A
 
-from ._tables import NOISE_COLUMNS, categorical_params, numeric_params, pareto_frame, trials_frame, usable, write_table
+from ._tables import FIDELITY_NOISE_COLUMNS, NOISE_COLUMNS, categorical_params, numeric_params, pareto_frame, trials_frame, usable, write_table
 
 REFERENCE_RULE = (
     "per objective: the worst feasible COMPLETE value plus 10% of the observed range "
@@ -56,15 +57,17 @@ class StudyReport:
     usable: pd.DataFrame | None = None  # the trials every analysis and plot uses (reports.usable)
     noise: Any = None
     sentences: list[str] = field(default_factory=list)  # what the numbers say, for the page
+    objectives: Objectives = field(default_factory=Objectives)
 
 
 def analyse(study: Any, *, n_boot: int = 20) -> StudyReport:
     """All the numbers of a report, as records (nothing drawn or written). Every analysis takes
     the usable trials from one place (`usable`)."""
+    objectives = Objectives.of(study)
     trials = trials_frame(study)
     ok = usable(trials)
     front = pareto_frame(study, trials)
-    pts = ok[list(OBJECTIVES)].to_numpy(dtype=float)
+    pts = objectives.minimized(ok)  # maximized objectives negated
     ref = reference_point(pts) if len(pts) else None
     hv = hypervolume(pts, ref) if ref else 0.0
     numeric = numeric_params(study)
@@ -81,6 +84,18 @@ def analyse(study: Any, *, n_boot: int = 20) -> StudyReport:
     counts = {k: int(v) for k, v in trials["state"].value_counts().items()}
     outcomes = {k: int(v) for k, v in trials["outcome"].value_counts().items()}
     sentences = [noise.sentence(spread)]
+    fidelity: dict[str, Any] = {}
+    if "fidelity" in ok.columns and ok["fidelity"].notna().any():
+        f_noise = noise_floor(ok, "fidelity")
+        f_values = ok["fidelity"].astype(float).dropna()
+        f_spread = float(f_values.std()) if len(f_values) >= 2 else None
+        sentences.append(f_noise.sentence(f_spread))
+        fidelity = {
+            "fidelity_noise_floor_std": f_noise.std, "fidelity_noise_floor_configs": f_noise.n_configs,
+            "fidelity_spread_std": f_spread,
+            "fidelity_signal_to_noise": (f_spread / f_noise.std) if f_spread is not None and f_noise.std else None,
+            "best_fidelity": float(f_values.max()) if len(f_values) else None,
+        }
     if noise.std is not None and len(front) >= 2:
         unsure = front[front["p_front"] < 0.95]
         if len(unsure):
@@ -91,7 +106,8 @@ def analyse(study: Any, *, n_boot: int = 20) -> StudyReport:
             sentences.append(f"All {len(front)} front trials stay non-dominated under seed noise (p_front >= 0.95).")
     summary = {
         "study": study.study_name,
-        "directions": {"val_loss": "minimize", "peak_mem_mb": "minimize"},
+        "objectives": list(objectives.names),
+        "directions": dict(zip(objectives.names, objectives.directions)),
         "n_trials": len(trials),
         "counts_by_state": counts,
         "counts_by_outcome": outcomes,
@@ -103,7 +119,8 @@ def analyse(study: Any, *, n_boot: int = 20) -> StudyReport:
         "pareto_trials": [int(t) for t in front["trial"]],
         "best_val_loss": float(ok["val_loss"].min()) if len(ok) else None,
         "hypervolume": hv,
-        "reference_point": ref,
+        # in the objectives' own units (a maximized one's reference lies below its worst value)
+        "reference_point": [float(v) for v in np.asarray(ref) * objectives.signs] if ref else None,
         "reference_point_rule": REFERENCE_RULE,
         "objective": study.user_attrs.get(A.OBJECTIVE),
         "data_digest": study.user_attrs.get(A.DATA_DIGEST),
@@ -112,17 +129,19 @@ def analyse(study: Any, *, n_boot: int = 20) -> StudyReport:
         "noise_floor_dof": noise.dof,
         "val_loss_spread_std": spread,
         "signal_to_noise": (spread / noise.std) if spread is not None and noise.std else None,
+        **fidelity,
         "strongest_coupling": (
             {"param_a": couplings[0].param_a, "param_b": couplings[0].param_b, "strength": couplings[0].strength,
              "verdict": couplings[0].verdict()}
             if couplings else None
         ),
     }
-    extras = {"feasible", "outcome", *NOISE_COLUMNS, "health", "node_id", "reason"}
+    extras = {"feasible", "fidelity", "outcome", *NOISE_COLUMNS, *FIDELITY_NOISE_COLUMNS, "health", "node_id",
+              "reason"}
     return StudyReport(
         study.study_name, trials, front, summary, couplings, laws,
-        hypervolume_history(trials, ok, ref) if ref else None,
-        [c for c in trials.columns[5:] if c not in extras], ok, noise, sentences,
+        hypervolume_history(trials, ok, ref, objectives) if ref else None,
+        [c for c in trials.columns[5:] if c not in extras], ok, noise, sentences, objectives,
     )
 
 
@@ -146,8 +165,7 @@ def write_study_report(study: Any, out_dir: Path, *, tracking_uri: str | None = 
     exp_id = study.user_attrs.get(A.EXPERIMENT_ID)
     files: dict[str, Path] = {}
     counts = ", ".join(f"{k}: {v}" for k, v in sorted(rep.summary["counts_by_state"].items()))
-    lead = (f"{len(rep.front)} non-dominated of {len(rep.trials)} trials ({counts}); "
-            "objectives: minimize val_loss, minimize peak_mem_mb.")
+    lead = f"{len(rep.front)} non-dominated of {len(rep.trials)} trials ({counts}); objectives: {rep.objectives.words()}."
     files |= write_table(rep.front, out_dir / "pareto", title=f"Pareto front of {rep.name}", lead=lead,
                          tracking_uri=tracking_uri, experiment_id=exp_id)
     files |= write_table(rep.trials, out_dir / "trials", title=f"Trials of {rep.name}", lead=lead,
@@ -159,8 +177,9 @@ def write_study_report(study: Any, out_dir: Path, *, tracking_uri: str | None = 
     files["summary.json"] = out_dir / "summary.json"
     left_out = _left_out(rep)
     files["pareto.png"] = front_png(rep.usable, rep.front, out_dir / "pareto.png",
-                                    title=f"{rep.name}: memory vs validation loss", left_out=left_out)
-    fig = front_figure({rep.name: (rep.usable, rep.front)}, rep.params)
+                                    title=f"{rep.name}: memory vs validation loss", left_out=left_out,
+                                    objectives=rep.objectives)
+    fig = front_figure({rep.name: (rep.usable, rep.front)}, rep.params, rep.objectives)
     fig.write_html(out_dir / "pareto_front.html", include_plotlyjs=True, full_html=True,
                    post_script=hover_script(rep, samples) or None)
     files["pareto_front.html"] = out_dir / "pareto_front.html"

@@ -12,9 +12,11 @@ import pandas as pd
 
 from sweeps import _attrs as A
 
-OBJECTIVES = ("val_loss", "peak_mem_mb")
+from ._analysis import OBJECTIVES, Objectives
+
 FIXED_COLUMNS = ("trial", "state", "val_loss", "peak_mem_mb", "mlflow_run_id")
 NOISE_COLUMNS = ("n_seeds", "val_loss_std", "val_loss_sem")
+FIDELITY_NOISE_COLUMNS = ("fidelity_std", "fidelity_sem")
 
 
 def param_names(study: Any) -> list[str]:
@@ -71,36 +73,42 @@ def trials_frame(study: Any) -> pd.DataFrame:
     synced = study.user_attrs.get(A.SYNCED_RUNS, {})  # runs created by `csweep sync`
     stale = study.user_attrs.get(A.STALE, {})
     rows = []
-    fidelity = any(A.FIDELITY in t.user_attrs for t in study.trials)
+    objectives = Objectives.of(study)
+    fidelity = "fidelity" in objectives.names or any(A.FIDELITY in t.user_attrs for t in study.trials)
     for t in study.trials:
         outcome = _outcome(t)
-        values = t.values if t.values is not None and outcome == "ok" else [math.nan, math.nan]
+        ok = t.values is not None and outcome == "ok"
+        values = dict(zip(objectives.names, t.values)) if ok else {}
         row: dict[str, Any] = {
             "trial": t.number,
             "state": t.state.name,
-            "val_loss": values[0],
-            "peak_mem_mb": values[1],
+            "val_loss": values.get("val_loss", math.nan),
+            "peak_mem_mb": values.get("peak_mem_mb", math.nan),
             "mlflow_run_id": t.user_attrs.get(A.MLFLOW_RUN_ID) or synced.get(str(t.number), ""),
         }
         for p in names:
             row[p] = t.params.get(p)
         if constrained:
-            within = values[1] <= max_mem if max_mem is not None else True
+            within = row["peak_mem_mb"] <= max_mem if max_mem is not None else True
             row["feasible"] = bool(t.state.name == "COMPLETE" and outcome == "ok" and within
                                    and all(c <= 0 for c in _constraint_values(t)))
         if fidelity:
-            row["fidelity"] = t.user_attrs.get(A.FIDELITY, math.nan) if outcome == "ok" else math.nan
+            row["fidelity"] = values.get(A.FIDELITY, t.user_attrs.get(A.FIDELITY, math.nan)) if ok else math.nan
         row["outcome"] = outcome
         row["n_seeds"] = int(t.user_attrs.get(A.N_SEEDS, 1))
         row["val_loss_std"] = t.user_attrs.get(A.VAL_LOSS_STD, math.nan)
         row["val_loss_sem"] = t.user_attrs.get(A.VAL_LOSS_SEM, math.nan)
+        if fidelity:
+            row["fidelity_std"] = t.user_attrs.get(A.FIDELITY_STD, math.nan)
+            row["fidelity_sem"] = t.user_attrs.get(A.FIDELITY_SEM, math.nan)
         row["health"] = t.user_attrs.get(A.HEALTH, "")
         row["node_id"] = t.user_attrs.get(A.NODE_ID, "")
         row["reason"] = (t.user_attrs.get(A.FAIL_REASON) or t.user_attrs.get(A.PRUNE_REASON)
                          or stale.get(str(t.number), ""))
         rows.append(row)
     columns = list(FIXED_COLUMNS) + names + (["feasible"] if constrained else [])
-    columns += (["fidelity"] if fidelity else []) + ["outcome", *NOISE_COLUMNS, "health", "node_id", "reason"]
+    columns += (["fidelity"] if fidelity else []) + ["outcome", *NOISE_COLUMNS]
+    columns += (list(FIDELITY_NOISE_COLUMNS) if fidelity else []) + ["health", "node_id", "reason"]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -112,19 +120,21 @@ def usable(trials: pd.DataFrame) -> pd.DataFrame:
     ok = trials[(trials["state"] == "COMPLETE") & (trials["outcome"] == "ok")]
     if "feasible" in ok.columns:
         ok = ok[ok["feasible"].astype(bool)]
-    values = ok[list(OBJECTIVES)].astype(float)
+    values = ok[list(OBJECTIVES)].astype(float)  # a study's fidelity objective: COMPLETE has it
     return ok[np.isfinite(values).all(axis=1)]
 
 
 def pareto_frame(study: Any, trials: pd.DataFrame) -> pd.DataFrame:
-    """The non-dominated usable trials (Optuna's own Pareto routine), with `p_front`: the
-    probability that the trial is non-dominated under the measured seed noise."""
+    """The non-dominated usable trials over the study's objectives (Optuna's own Pareto
+    routine), with `p_front`: the probability that the trial is non-dominated under the
+    measured seed noise."""
     from ._analysis import front_probability, pareto_mask
 
+    objectives = Objectives.of(study)
     ok = usable(trials)
-    mask = pareto_mask(ok[list(OBJECTIVES)].to_numpy(dtype=float))
+    mask = pareto_mask(objectives.minimized(ok))
     out = ok[mask].copy()
-    out["p_front"] = front_probability(ok, out["trial"].tolist())
+    out["p_front"] = front_probability(ok, out["trial"].tolist(), objectives=objectives)
     return out.sort_values(["peak_mem_mb", "val_loss", "trial"]).reset_index(drop=True)
 
 

@@ -33,4 +33,7 @@ VAL_LOSS_STD = "val_loss_std"
 VAL_LOSS_SEM = "val_loss_sem"
 VAL_LOSS_REPLICATES = "val_loss_replicates"
 FIDELITY = "fidelity"  # concept fidelity of the trial's samples, when it drew any
+FIDELITY_STD = "fidelity_std"  # with --seeds K > 1: the replicates' std, sem and values
+FIDELITY_SEM = "fidelity_sem"
+FIDELITY_REPLICATES = "fidelity_replicates"
 RERUN_OF = "rerun_of"  # `csweep rerun-front`: the trial whose config this one re-trains

@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 
 from search_spaces import SearchSpace, SpaceError, builtin_space_names, load_space
 
-from ._study import SAMPLERS
+from ._study import OBJECTIVES, SAMPLERS
 
 DEFAULT_WORKDIR = "./csweep_runs"
 DEFAULT_OBJECTIVE = "textual_inversion"
@@ -102,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--fidelity-model", metavar="PATH",
                      help="local CLIP or DINO folder that scores the samples' concept fidelity "
                           "[the base model's own VAE]")
+    run.add_argument("--objectives", default=",".join(OBJECTIVES), metavar="LIST",
+                     help="the study's objectives: val_loss,peak_mem_mb and optionally fidelity "
+                          "(maximized; needs samples) [val_loss,peak_mem_mb]")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     res = sub.add_parser("resume", help="continue an interrupted study (same spec, same MLflow parent)")
@@ -297,6 +300,7 @@ def run_config(a: argparse.Namespace) -> Any:
     check_model(a.model)
     check_objective_params(space, fixed, objective, a.model)
     samples = sample_settings(space, a, builtin=objective.builtin)
+    objectives = objective_names(a.objectives, samples=samples, builtin=objective.builtin)
     if a.max_retries < 0:
         raise UsageError(f"--max-retries must be an int >= 0, got {a.max_retries}")
     if a.max_fail_share > 1:
@@ -320,9 +324,24 @@ def run_config(a: argparse.Namespace) -> Any:
         data=str(Path(a.data).resolve()) if a.data else None, sampler=a.sampler, seed=a.seed, seeds=a.seeds,
         ray_address=a.ray_address, cpus_per_trial=a.cpus_per_trial, gpus_per_trial=a.gpus_per_trial,
         max_mem_mb=a.max_mem_mb, health=health, samples=samples, progress=not a.no_progress,
-        max_retries=a.max_retries, max_fail_share=a.max_fail_share,
+        max_retries=a.max_retries, max_fail_share=a.max_fail_share, objectives=objectives,
         artifact_root=artifact_root_for(tracking, workdir),
     )
+
+
+def objective_names(text: str, *, samples: Any, builtin: bool) -> tuple[str, ...]:
+    """--objectives, checked: fidelity needs the built-in objective's samples (a plug-in
+    objective must return `fidelity` itself)."""
+    from ._study import parse_objectives
+
+    try:
+        names = parse_objectives(text)
+    except ValueError as exc:
+        raise UsageError(f"--objectives: {exc}") from None
+    if "fidelity" in names and builtin and samples is None:
+        raise UsageError("--objectives fidelity: scores the trials' sample images, which are off "
+                         "(--no-samples or `samples: {enabled: false}`); turn samples on")
+    return names
 
 
 def sample_settings(space: Any, a: argparse.Namespace, *, builtin: bool) -> dict[str, Any] | None:
@@ -361,16 +380,15 @@ def sample_settings(space: Any, a: argparse.Namespace, *, builtin: bool) -> dict
 def cmd_run(a: argparse.Namespace) -> int:
     cfg = run_config(a)
     from ._runner import run_sweep
-    from ._study import DIRECTIONS, StudyMismatch, existing_directions, make_storage
+    from ._study import StudyMismatch, make_storage, mismatch
 
-    if a.storage:
+    if a.storage or Path(default_storage(cfg.workdir).removeprefix("sqlite:///")).exists():
         try:
-            dirs = existing_directions(make_storage(cfg.storage), cfg.study_name)
+            why = mismatch(make_storage(cfg.storage), cfg.study_name, cfg.objectives)
         except Exception as exc:  # noqa: BLE001 - an unreachable database is bad input
             raise UsageError(f"--storage {_redacted(cfg.storage)}: cannot connect ({exc.__class__.__name__})") from None
-        if dirs is not None and dirs != list(DIRECTIONS):
-            raise UsageError(f"study {cfg.study_name!r} exists with directions {dirs}; "
-                             "csweep studies minimize [val_loss, peak_mem_mb]")
+        if why:
+            raise UsageError(why)
     cfg.workdir.mkdir(parents=True, exist_ok=True)
     try:
         out = run_sweep(cfg)

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from . import _attrs as A
-from ._result import Kind, TrialResult, combine, mlflow_record, replicate_seeds, tell
+from ._result import Kind, TrialResult, combine, mlflow_record, replicate_seeds, require, tell
+from ._study import OBJECTIVES
 
 PREFETCH_BELOW_S = 0.5  # trials shorter than this (median of the last five) get a second one queued
 INTERRUPTED = "interrupted (SIGINT on the driver)"
@@ -95,8 +96,10 @@ class Driver:
         max_fail_share: float = 0.5, enqueue: Sequence[Mapping[str, Any]] = (),
         stop: threading.Event | None = None, on_progress: Callable[[Outcome, int], None] | None = None,
         on_result: Callable[[int, TrialResult], None] | None = None,
+        objectives: Sequence[str] = OBJECTIVES,
     ) -> None:
         self.study, self.pool, self.log = study, pool, log
+        self.objectives = tuple(objectives)
         self.target, self.fixed, self.distributions = trials, dict(fixed), distributions
         self.seeds, self.seed_offset = seeds, seed_offset
         self.max_mem_mb, self.max_retries, self.max_fail_share = max_mem_mb, max_retries, max_fail_share
@@ -210,9 +213,9 @@ class Driver:
 
     def _finish(self, owner: _Trial) -> None:
         self.open.remove(owner)
-        result = combine([owner.results[i] for i in range(len(owner.seeds))])
+        result = require(combine([owner.results[i] for i in range(len(owner.seeds))]), self.objectives)
         run_id = self._run_id(owner)
-        tell(self.study, owner.trial, result, max_mem_mb=self.max_mem_mb)
+        tell(self.study, owner.trial, result, max_mem_mb=self.max_mem_mb, objectives=self.objectives)
         status, record = mlflow_record(result)
         self.log.finish_trial(owner.trial.number, run_id, status, **record)
         if self.on_result is not None:

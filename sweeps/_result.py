@@ -13,6 +13,8 @@ from typing import Any
 from . import _attrs as A
 
 REQUIRED = ("val_loss", "peak_mem_mb")
+# scores whose seed noise --seeds K measures: (metric, its std attr, its sem attr)
+NOISY = (("val_loss", A.VAL_LOSS_STD, A.VAL_LOSS_SEM), (A.FIDELITY, A.FIDELITY_STD, A.FIDELITY_SEM))
 
 
 class Kind(str, Enum):
@@ -86,7 +88,7 @@ def replicate_seeds(base: int, k: int, *, offset: int = 0) -> list[int]:
 
 def combine(replicates: Sequence[TrialResult]) -> TrialResult:
     """One trial from its seed replicates: val_loss and the other metrics are the mean, with
-    std and sem of val_loss; peak memory the max. A replicate that ran out of memory, failed or
+    std and sem of val_loss and fidelity; peak memory the max. A replicate that ran out of memory, failed or
     was pruned makes the trial so (the config is judged by its worst seed)."""
     if len(replicates) == 1:
         return replicates[0]
@@ -100,26 +102,44 @@ def combine(replicates: Sequence[TrialResult]) -> TrialResult:
                            reason=f"seed {bad[0].seed}: {bad[0].reason}")
     import numpy as np
 
-    losses = np.array([r.metrics["val_loss"] for r in replicates], dtype=float)
     keys = [k for k in first.metrics if all(k in r.metrics for r in replicates)]
     metrics = {k: float(np.mean([r.metrics[k] for r in replicates])) for k in keys}
     metrics["peak_mem_mb"] = max(r.metrics["peak_mem_mb"] for r in replicates)
-    std = float(losses.std(ddof=1))
-    metrics |= {A.VAL_LOSS_STD: std, A.VAL_LOSS_SEM: std / math.sqrt(len(losses)),
-                A.N_SEEDS: float(len(losses))}
     history = dict(first.history)
     artifacts = dict(first.artifacts)
     for r in replicates[1:]:
         history |= {f"seed{r.seed}/{k}": v for k, v in r.history.items()}
         artifacts |= {f"replicates/seed{r.seed}/{k}": v for k, v in r.artifacts.items()}
-    history["replicate_val_loss"] = [float(v) for v in losses]
+    # the seed noise of each noisy score: the replicates' values, their std and sem
+    for name, std_key, sem_key in NOISY:
+        if name not in keys:
+            continue
+        values = np.array([r.metrics[name] for r in replicates], dtype=float)
+        std = float(values.std(ddof=1))
+        metrics |= {std_key: std, sem_key: std / math.sqrt(len(values))}
+        history[f"replicate_{name}"] = [float(v) for v in values]
+    metrics[A.N_SEEDS] = float(len(replicates))
     return TrialResult(Kind.OK, metrics, history, dict(first.tags), artifacts, node=node, seconds=seconds,
                        config=dict(first.config), seed=first.seed, replicates=list(replicates),
                        datasets=list(first.datasets))
 
 
+def require(result: TrialResult, objectives: Sequence[str]) -> TrialResult:
+    """An ok result lacking a finite value of one of the study's objectives (a plug-in that
+    returns no `fidelity`, samples that could not be scored) is a failed trial that says so."""
+    if result.kind is not Kind.OK:
+        return result
+    missing = [o for o in objectives if not math.isfinite(result.metrics.get(o, math.nan))]
+    if not missing:
+        return result
+    got = ", ".join(f"{k}={result.metrics[k]}" for k in missing if k in result.metrics) or "absent"
+    return replace(result, kind=Kind.FAILED,
+                   reason=f"the study's objective {', '.join(missing)} has no finite value ({got})")
+
+
 # --- onto Optuna --------------------------------------------------------------------------
-def tell(study: Any, trial: Any, result: TrialResult, *, max_mem_mb: float | None) -> None:
+def tell(study: Any, trial: Any, result: TrialResult, *, max_mem_mb: float | None,
+         objectives: Sequence[str] = REQUIRED) -> None:
     """Record a trial's result in the study (the source of truth). Only a COMPLETE trial has
     objective values: out-of-memory, failed and pruned trials carry their reason instead, never
     placeholder numbers."""
@@ -137,15 +157,17 @@ def tell(study: Any, trial: Any, result: TrialResult, *, max_mem_mb: float | Non
         trial.set_user_attr(A.SEEDS, result.seeds)
     if result.kind is Kind.OK:
         m = result.metrics
-        if A.VAL_LOSS_STD in m:
-            trial.set_user_attr(A.VAL_LOSS_STD, m[A.VAL_LOSS_STD])
-            trial.set_user_attr(A.VAL_LOSS_SEM, m[A.VAL_LOSS_SEM])
-            trial.set_user_attr(A.VAL_LOSS_REPLICATES, [r.metrics["val_loss"] for r in result.replicates])
         if A.FIDELITY in m:  # the reports show it beside the objectives
             trial.set_user_attr(A.FIDELITY, m[A.FIDELITY])
+        replicates = {"val_loss": A.VAL_LOSS_REPLICATES, A.FIDELITY: A.FIDELITY_REPLICATES}
+        for name, std_key, sem_key in NOISY:
+            if std_key in m:
+                trial.set_user_attr(std_key, m[std_key])
+                trial.set_user_attr(sem_key, m[sem_key])
+                trial.set_user_attr(replicates[name], [r.metrics[name] for r in result.replicates])
         if max_mem_mb is not None:
             trial.set_constraint("peak_mem_mb", m["peak_mem_mb"] - max_mem_mb)
-        study.tell(trial, [m["val_loss"], m["peak_mem_mb"]])
+        study.tell(trial, [m[o] for o in objectives])
     elif result.kind is Kind.PRUNED:
         trial.set_user_attr(A.PRUNE_REASON, result.reason or "pruned by the objective")
         study.tell(trial, state=TrialState.PRUNED)

@@ -21,7 +21,7 @@ from . import _attrs as A
 from ._driver import Driver, Outcome
 from ._lane import PENDING_DIR, MlflowLane, PendingLog
 from ._settings import RunConfig
-from ._study import make_sampler, make_storage, open_study
+from ._study import describe_objectives, make_sampler, make_storage, open_study
 from ._result import TrialResult
 from ._tracking import SAMPLES_DIR, SafeTracker, redact
 from ._workers import RayPool, in_ray_job, runtime_env, start_ray
@@ -77,9 +77,11 @@ def describe(cfg: RunConfig) -> str:
     return (f"csweep study **{cfg.study_name}**: search space `{cfg.space.name}` "
             f"({cfg.space.description or 'no description'}), objective `{cfg.objective}`, sampler {cfg.sampler}, "
             f"{cfg.seeds} seed(s) per config.\n\nCommand: `{redact(cmd)}`\n\n"
-            "How to read it: each nested run is one trial (one sampled config); sort by `val_loss` and "
-            "`peak_mem_mb` to see the trade-off, and open this run's `reports/index.html` artifact for the "
-            "Pareto front, couplings and fitted laws. Metrics of this run: best val_loss, front size, hypervolume.")
+            f"Objectives: {describe_objectives(cfg.objectives)}.\n\n"
+            "How to read it: each nested run is one trial (one sampled config); sort by "
+            f"{' and '.join(f'`{o}`' for o in cfg.objectives)} to see the trade-off, and open this run's "
+            "`reports/index.html` artifact for the Pareto front, couplings and fitted laws. Metrics of this "
+            "run: best val_loss, front size, hypervolume.")
 
 
 def run_sweep(cfg: RunConfig) -> Outcome:
@@ -92,6 +94,7 @@ def run_sweep(cfg: RunConfig) -> Outcome:
         sampler_factory=lambda n: make_sampler(
             cfg.sampler, seed=None if cfg.seed is None else cfg.seed + n, workers=cfg.workers
         ),
+        objectives=cfg.objectives,
     )
     if cfg.max_mem_mb is not None:
         study.set_user_attr(A.MAX_MEM, cfg.max_mem_mb)
@@ -149,7 +152,7 @@ def run_sweep(cfg: RunConfig) -> Outcome:
     driver = Driver(
         study, pool, log, trials=cfg.trials, fixed=cfg.fixed, distributions=cfg.space.distributions(),
         seeds=cfg.seeds, seed_offset=cfg.seed_offset, max_mem_mb=cfg.max_mem_mb, max_retries=cfg.max_retries,
-        max_fail_share=cfg.max_fail_share, enqueue=cfg.enqueue, stop=stop,
+        max_fail_share=cfg.max_fail_share, enqueue=cfg.enqueue, stop=stop, objectives=cfg.objectives,
         on_progress=(lambda o, running: _update(bar, study, o, running)) if bar is not None else None,
         on_result=lambda number, result: keep_samples(samples_dir(cfg.workdir, cfg.study_name), number, result),
     )

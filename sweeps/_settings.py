@@ -42,6 +42,7 @@ class RunConfig:
     samples: Mapping[str, Any] | None = None
     max_retries: int = 1
     max_fail_share: float = 0.5
+    objectives: tuple[str, ...] = ("val_loss", "peak_mem_mb")  # the study's (sweeps._study)
     progress: bool = field(default=True, metadata=PER_INVOCATION)
     # write the reports at the end (benchmarks time the loop alone)
     reports: bool = field(default=True, metadata=PER_INVOCATION)
@@ -49,6 +50,9 @@ class RunConfig:
     # parameters to run first (a resume's re-runs, rerun-front's configs)
     enqueue: Sequence[Mapping[str, Any]] = field(default=(), metadata=PER_INVOCATION)
     seed_offset: int = field(default=0, metadata=PER_INVOCATION)  # rerun-front: fresh seeds
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "objectives", tuple(self.objectives))  # JSON gives a list
 
     @staticmethod
     def stored_fields() -> list[str]:

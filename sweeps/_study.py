@@ -1,17 +1,57 @@
-"""The Optuna side: storage, samplers, the two-objective study."""
+"""The Optuna side: storage, samplers, the study and its objectives."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-OBJECTIVES = ("val_loss", "peak_mem_mb")
-DIRECTIONS = ("minimize", "minimize")
+OBJECTIVES = ("val_loss", "peak_mem_mb")  # a study's objectives unless --objectives says more
+# every objective a study can have, in the order its values are stored, with its direction
+KNOWN_OBJECTIVES = {"val_loss": "minimize", "peak_mem_mb": "minimize", "fidelity": "maximize"}
 SAMPLERS = ("tpe", "nsga2", "gp", "random")
 
 
 class StudyMismatch(ValueError):
     """An existing study under this name that csweep cannot add to."""
+
+
+def directions(objectives: tuple[str, ...] | list[str] = OBJECTIVES) -> list[str]:
+    return [KNOWN_OBJECTIVES[o] for o in objectives]
+
+
+def parse_objectives(text: str) -> tuple[str, ...]:
+    """`val_loss,peak_mem_mb[,fidelity]` in any order -> the study's objectives in their stored
+    order. Raises ValueError (naming the rule) for anything else."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in KNOWN_OBJECTIVES]
+    rule = "val_loss and peak_mem_mb, optionally fidelity (e.g. val_loss,peak_mem_mb,fidelity)"
+    if unknown:
+        raise ValueError(f"unknown objective {unknown[0]!r}; a study minimizes {rule}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"{text!r} names an objective twice; give {rule}")
+    if not set(OBJECTIVES) <= set(names):
+        raise ValueError(f"{text!r} lacks {' and '.join(o for o in OBJECTIVES if o not in names)}; give {rule}")
+    return tuple(o for o in KNOWN_OBJECTIVES if o in names)
+
+
+def describe_objectives(objectives: tuple[str, ...] | list[str]) -> str:
+    """'minimize val_loss, minimize peak_mem_mb, maximize fidelity'"""
+    return ", ".join(f"{KNOWN_OBJECTIVES.get(o, 'minimize')} {o}" for o in objectives)
+
+
+def mismatch(storage: Any, name: str, objectives: tuple[str, ...] | list[str]) -> str:
+    """Why a stored study of that name cannot take a run with these objectives ("" when it can
+    or when there is none)."""
+    dirs = existing_directions(storage, name)
+    if dirs is None or dirs == directions(objectives):
+        return ""
+    import optuna
+
+    names = optuna.load_study(study_name=name, storage=storage).metric_names
+    exists = ("objectives " + ", ".join(f"{d} {n}" for n, d in zip(names, dirs))
+              if names and len(names) == len(dirs) else "directions " + ", ".join(dirs))
+    return (f"study {name!r} exists with {exists}; this run asks for {describe_objectives(objectives)} "
+            "(--objectives): pick another --study or match its objectives")
 
 
 def make_sampler(name: str, *, seed: int | None, workers: int) -> Any:
@@ -97,29 +137,30 @@ def existing_directions(storage: Any, name: str) -> list[str] | None:
 
 
 def open_study(
-    name: str, storage: Any, *, sampler_factory: Callable[[int], Any], create: bool = True
+    name: str, storage: Any, *, sampler_factory: Callable[[int], Any], create: bool = True,
+    objectives: tuple[str, ...] = OBJECTIVES,
 ) -> Any:
     """Create or load a study; the sampler factory receives the number of trials already there,
     so a rerun with the same --seed continues the sequence instead of repeating it."""
     import optuna
 
+    objectives = tuple(objectives)
+    why = mismatch(storage, name, objectives)
+    if why:
+        raise StudyMismatch(why)
     dirs = existing_directions(storage, name)
-    if dirs is not None and dirs != list(DIRECTIONS):
-        raise StudyMismatch(
-            f"study {name!r} exists with directions {dirs}; csweep studies minimize {list(OBJECTIVES)}"
-        )
     if dirs is None and not create:
         raise StudyMismatch(f"study {name!r} does not exist in this storage")
     n_existing = 0
     if dirs is not None:
         n_existing = len(optuna.load_study(study_name=name, storage=storage).trials)
     study = optuna.create_study(
-        study_name=name, storage=storage, directions=list(DIRECTIONS),
+        study_name=name, storage=storage, directions=directions(objectives),
         sampler=sampler_factory(n_existing), load_if_exists=True,
     )
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        study.set_metric_names(list(OBJECTIVES))
+        study.set_metric_names(list(objectives))
     return study

@@ -25,6 +25,7 @@ def sync_study(study: Any, workdir: Path, tracking_uri: str, *, artifact_root: P
     created = filled = already = 0
     # a finished trial cannot take new user attrs: runs created here are recorded on the study
     synced: dict[str, str] = dict(study.user_attrs.get(A.SYNCED_RUNS, {}))
+    names = study.metric_names or ["val_loss", "peak_mem_mb"]
     for t in study.trials:
         if t.state.name == "RUNNING" or t.state.name == "WAITING":
             continue
@@ -64,7 +65,7 @@ def sync_study(study: Any, workdir: Path, tracking_uri: str, *, artifact_root: P
         else:
             metrics = {}
             if t.values is not None:
-                metrics = {"val_loss": t.values[0], "peak_mem_mb": t.values[1]}
+                metrics = dict(zip(names, t.values))
             reason = (t.user_attrs.get(A.FAIL_REASON) or t.user_attrs.get(A.PRUNE_REASON)
                       or study.user_attrs.get(A.STALE, {}).get(str(t.number), ""))
             tags = {"optuna.state": t.state.name, **({"fail_reason": reason} if reason else {})}

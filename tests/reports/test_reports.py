@@ -249,3 +249,103 @@ def test_gallery_shows_front_and_worst_trial_grids_offline(messy_study, tmp_path
     plain = write_study_report(messy_study, tmp_path / "plain", n_boot=5)
     assert "id='samples-" not in plain["index.html"].read_text()
     assert "csweep-samples" not in plain["pareto_front.html"].read_text()
+
+
+# --- three objectives: fidelity maximized beside val_loss and memory ------------------------
+points_3d = st.lists(st.tuples(st.integers(0, 8), st.integers(0, 8), st.integers(0, 8)).map(
+    lambda p: tuple(float(v) for v in p)), min_size=1, max_size=12)
+
+
+def brute_front_3(pts: list[tuple[float, float, float]]) -> set[int]:
+    """Non-dominated points when the first two are minimized and the third maximized."""
+    def beats(b, a):
+        return b[0] <= a[0] and b[1] <= a[1] and b[2] >= a[2] and b != a
+    return {i for i, a in enumerate(pts) if not any(beats(b, a) for b in pts)}
+
+
+def brute_hypervolume_3(pts, ref) -> float:
+    """Volume dominated by the points (min, min, max) and bounded by ref, on the grid of all
+    coordinates."""
+    axes = [sorted({p[k] for p in pts} | {ref[k]}) for k in range(3)]
+    vol = 0.0
+    for x0, x1 in zip(axes[0], axes[0][1:]):
+        for y0, y1 in zip(axes[1], axes[1][1:]):
+            for z0, z1 in zip(axes[2], axes[2][1:]):
+                if any(p[0] <= x0 and p[1] <= y0 and p[2] >= z1 for p in pts):
+                    vol += (x1 - x0) * (y1 - y0) * (z1 - z0)
+    return vol
+
+
+
+def _three():
+    from reports._analysis import Objectives
+
+    return Objectives(("val_loss", "peak_mem_mb", "fidelity"), ("minimize", "minimize", "maximize"))
+
+
+@settings(max_examples=100, deadline=None)
+@given(points_3d)
+def test_three_objective_front_and_hypervolume_equal_brute_force(pts):
+    obj = _three()
+    signed = obj.minimized(pd.DataFrame(pts, columns=list(obj.names)))
+    assert {i for i, m in enumerate(pareto_mask(signed)) if m} == brute_front_3(pts)
+    ref = (9.0, 9.0, -1.0)  # in the objectives' own units: fidelity's reference lies below its worst
+    assert hypervolume(signed, list(np.array(ref) * obj.signs)) == pytest.approx(brute_hypervolume_3(pts, ref))
+
+
+@pytest.fixture(scope="module")
+def three_objective_study(tmp_path_factory):
+    """val_loss, memory and fidelity; two seeds per config (their std on the trials). Trial 1 is
+    beaten by trial 0 on val_loss and memory but draws the concept better: only the third
+    objective puts it on the front."""
+    storage = f"sqlite:///{tmp_path_factory.mktemp('st3') / 'o.db'}"
+    study = optuna.create_study(study_name="three", storage=storage,
+                                directions=["minimize", "minimize", "maximize"])
+    study.set_metric_names(["val_loss", "peak_mem_mb", "fidelity"])
+    dists = {"lr": FloatDistribution(1e-4, 1e-1, log=True), "rank": FloatDistribution(0, 8)}
+    rng = np.random.default_rng(5)
+    rows = [(0.10, 20.0, 0.30), (0.12, 21.0, 0.60)]
+    rows += [(float(rng.uniform(0.1, 0.3)), float(rng.uniform(20, 30)), float(rng.uniform(0.0, 0.4)))
+             for _ in range(14)]
+    for i, (loss, mem, fid) in enumerate(rows):
+        attrs = {"n_seeds": 2, "val_loss_std": 0.002, "val_loss_sem": 0.002 / math.sqrt(2), "fidelity": fid,
+                 "fidelity_std": 0.01 + 0.01 * (i % 3), "fidelity_sem": (0.01 + 0.01 * (i % 3)) / math.sqrt(2)}
+        study.add_trial(create_trial(values=[loss, mem, fid], params={"lr": 10 ** -(1 + i % 3), "rank": float(i % 8)},
+                                     distributions=dists, user_attrs=attrs))
+    study.add_trial(create_trial(state=TrialState.FAIL, params={"lr": 0.01, "rank": 1.0}, distributions=dists,
+                                 user_attrs={"fail_reason": "the study's objective fidelity has no finite value"}))
+    return study, rows
+
+
+def test_report_of_a_three_objective_study(three_objective_study, tmp_path):
+    study, rows = three_objective_study
+    out = tmp_path / "out"
+    files = write_study_report(study, out, n_boot=5)
+    front = pd.read_csv(out / "pareto.csv")
+    assert set(front["trial"]) == brute_front_3(rows)
+    assert {0, 1} <= set(front["trial"])  # trial 1 only through fidelity
+    assert front["p_front"].between(0, 1).all()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["objectives"] == ["val_loss", "peak_mem_mb", "fidelity"]
+    assert summary["directions"] == {"val_loss": "minimize", "peak_mem_mb": "minimize", "fidelity": "maximize"}
+    worst, best = np.max(rows, axis=0), np.min(rows, axis=0)
+    span = worst - best
+    assert summary["reference_point"] == pytest.approx([worst[0] + 0.1 * span[0], worst[1] + 0.1 * span[1],
+                                                        best[2] - 0.1 * span[2]])
+    assert summary["hypervolume"] == pytest.approx(brute_hypervolume_3(rows, summary["reference_point"]))
+    # the seed noise of fidelity, pooled over the configs' replicates, against its spread
+    stds = np.array([0.01 + 0.01 * (i % 3) for i in range(len(rows))])
+    assert summary["fidelity_noise_floor_std"] == pytest.approx(math.sqrt((stds ** 2).mean()))
+    assert summary["fidelity_spread_std"] == pytest.approx(np.std([r[2] for r in rows], ddof=1))
+    page = (out / "index.html").read_text()
+    assert "objectives: minimize val_loss, minimize peak_mem_mb, maximize fidelity" in page
+    assert "Seed noise floor: fidelity std" in page
+    trials = pd.read_csv(out / "trials.csv")
+    assert trials.loc[trials["trial"] == 1, "fidelity"].item() == pytest.approx(0.6)
+    assert {"fidelity_std", "fidelity_sem"} <= set(trials.columns)
+    assert "maximize fidelity" in (out / "pareto.md").read_text()
+    html = (out / "pareto_front.html").read_text()
+    assert '"colorscale"' in html and "fidelity=0.6" in html
+    from PIL import Image
+
+    assert Image.open(files["pareto.png"]).size[0] > 1000  # the second panel: val_loss vs fidelity

@@ -62,6 +62,15 @@ BAD = [
     ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--sampler", "bayes"], ["--sampler", "bayes"]),
     ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--max-mem-mb", "-5"], ["--max-mem-mb", "> 0"]),
     ({}, ["report", "nostudy"], ["'nostudy'", "no storage"]),
+    # the study's objectives
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--objectives", "val_loss,fidelity"],
+     ["--objectives", "lacks peak_mem_mb", "val_loss,peak_mem_mb,fidelity"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--objectives", "val_loss,peak_mem_mb,accuracy"],
+     ["--objectives", "unknown objective 'accuracy'"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--objectives", "val_loss,peak_mem_mb,val_loss"],
+     ["--objectives", "twice"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--objectives", "val_loss,peak_mem_mb,fidelity", "--no-samples"],
+     ["--objectives fidelity", "sample images", "--no-samples"]),
     # sample images (YAML samples: block and --samples)
     ({"s.yaml": GOOD_SPACE + "samples:\n  prompts: ['a photo of a dog']\n"}, ["run", "s.yaml"],
      ["s.yaml", "samples.prompts", "'a photo of a dog'", "{concept}"]),
@@ -112,18 +121,28 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, files, arg
     assert elapsed < 30 or "--storage" in argv  # a generous bound: nothing heavy was started
 
 
-def test_study_with_other_directions_is_refused(tmp_path, cli):
+@pytest.mark.parametrize("directions,names,argv,exists", [
+    (["maximize"], None, [], "directions maximize"),
+    (["minimize", "minimize"], ["val_loss", "peak_mem_mb"], ["--objectives", "val_loss,peak_mem_mb,fidelity"],
+     "objectives minimize val_loss, minimize peak_mem_mb"),
+], ids=["foreign", "two-objective study, three asked"])
+def test_study_with_other_objectives_is_refused(tmp_path, cli, directions, names, argv, exists):
     import optuna
 
     url = f"sqlite:///{tmp_path / 'o.db'}"
-    optuna.create_study(study_name="s", storage=url, directions=["maximize"])
+    study = optuna.create_study(study_name="s", storage=url, directions=directions)
+    if names:
+        study.set_metric_names(names)
     (tmp_path / "s.yaml").write_text(GOOD_SPACE)
-    res = cli("run", "s.yaml", "--storage", url, "--workdir", "wd", cwd=tmp_path)
+    res = cli("run", "s.yaml", "--storage", url, "--workdir", "wd", *argv, cwd=tmp_path)
     assert res.returncode == 2
+    asked = ", ".join(f"{'maximize' if n == 'fidelity' else 'minimize'} {n}"
+                      for n in (argv[1].split(",") if argv else ["val_loss", "peak_mem_mb"]))
     assert res.stderr.strip().splitlines() == [
-        "csweep: error: study 's' exists with directions ['maximize']; csweep studies minimize "
-        "[val_loss, peak_mem_mb]"
+        f"csweep: error: study 's' exists with {exists}; this run asks for {asked} (--objectives): "
+        "pick another --study or match its objectives"
     ]
+    assert not (tmp_path / "wd").exists()
 
 
 def test_spaces_lists_builtins_without_heavy_imports(tmp_path):

@@ -184,3 +184,53 @@ def test_the_same_seed_samples_the_same_sequence_and_a_rerun_new_points():
     assert first == second and len(set(first)) == 12
     twice = sweep(optuna.storages.InMemoryStorage(), n_runs=2)
     assert twice[:12] == first and not set(twice[12:]) & set(first)
+
+
+# --- a third objective: fidelity, maximized ------------------------------------------------
+def three_objective_study() -> optuna.Study:
+    from sweeps._study import open_study
+
+    return open_study("s", optuna.storages.InMemoryStorage(), objectives=("val_loss", "peak_mem_mb", "fidelity"),
+                      sampler_factory=lambda n: optuna.samplers.RandomSampler(seed=n))
+
+
+def scored(val_loss: float, fidelity: float | None, mem: float = 10.0) -> TrialResult:
+    r = ok(val_loss, mem)
+    if fidelity is not None:
+        r.metrics["fidelity"] = fidelity
+    return r
+
+
+def test_fidelity_as_a_third_objective_is_told_maximized():
+    st = three_objective_study()
+    assert [d.name for d in st.directions] == ["MINIMIZE", "MINIMIZE", "MAXIMIZE"]
+    assert st.metric_names == ["val_loss", "peak_mem_mb", "fidelity"]
+    pool = FakePool(2, lambda p, n: (1.0, scored(p["x"], 1 - p["x"], 10 + n)))
+    _, log, _, out = drive(pool, trials=5, st=st, objectives=("val_loss", "peak_mem_mb", "fidelity"))
+    assert out.completed == 5
+    for t in st.trials:
+        assert t.values[0] == pytest.approx(t.params["x"]) and t.values[2] == pytest.approx(1 - t.params["x"])
+        assert log.finished[t.number][2]["metrics"]["fidelity"] == pytest.approx(1 - t.params["x"])
+
+
+def test_a_result_without_the_third_objective_is_a_failed_trial_that_says_so():
+    st = three_objective_study()
+    pool = FakePool(1, lambda p, n: (1.0, scored(0.5, None if n == 2 else float("nan") if n == 3 else 0.4)))
+    _, log, _, out = drive(pool, trials=4, st=st, objectives=("val_loss", "peak_mem_mb", "fidelity"))
+    assert out.completed == 2 and out.failed == 2
+    states = [t.state for t in st.trials]
+    assert states == [TrialState.COMPLETE, TrialState.FAIL, TrialState.FAIL, TrialState.COMPLETE]
+    assert st.trials[1].user_attrs[A.FAIL_REASON] == "the study's objective fidelity has no finite value (absent)"
+    assert st.trials[2].user_attrs[A.FAIL_REASON] == "the study's objective fidelity has no finite value (fidelity=nan)"
+    assert log.finished[1][1] == "FAILED" and "fidelity" in log.finished[1][2]["tags"]["fail_reason"]
+
+
+def test_seed_replicates_measure_the_noise_of_fidelity_too():
+    pool = FakePool(3, lambda p, n: (1.0, scored(0.5, 0.2 + 0.1 * p["seed"])))
+    st, log, _, _ = drive(pool, trials=1, seeds=3, fixed={"seed": 0})
+    t = st.trials[0]
+    assert t.user_attrs[A.FIDELITY] == pytest.approx(0.3)  # the mean of 0.2, 0.3, 0.4
+    assert t.user_attrs[A.FIDELITY_STD] == pytest.approx(0.1)
+    assert t.user_attrs[A.FIDELITY_SEM] == pytest.approx(0.1 / math.sqrt(3))
+    assert t.user_attrs[A.FIDELITY_REPLICATES] == pytest.approx([0.2, 0.3, 0.4])
+    assert log.finished[0][2]["history"]["replicate_fidelity"] == pytest.approx([0.2, 0.3, 0.4])

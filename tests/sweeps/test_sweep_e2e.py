@@ -18,20 +18,23 @@ STEPS = 8
 
 
 def non_dominated(df: pd.DataFrame) -> set[int]:
+    """The trials no other beats on all three objectives (val_loss and memory minimized,
+    fidelity maximized)."""
     done = df[df["state"] == "COMPLETE"]
-    pts = list(zip(done["trial"], done["val_loss"], done["peak_mem_mb"]))
+    pts = list(zip(done["trial"], done["val_loss"], done["peak_mem_mb"], done["fidelity"]))
     return {
-        n for n, a, b in pts
-        if not any(x <= a and y <= b and (x < a or y < b) for _, x, y in pts)
+        n for n, a, b, c in pts
+        if not any(x <= a and y <= b and z >= c and (x < a or y < b or z > c) for _, x, y, z in pts)
     }
 
 
 @pytest.fixture(scope="module")
 def tiny_sweep(tmp_path_factory, cli):
-    """Two runs of the same command: 4 trials on 2 workers, then 2 more."""
+    """Two runs of the same command: 4 trials on 2 workers, then 2 more; fidelity is the study's
+    third objective."""
     cwd = tmp_path_factory.mktemp("user")
     args = ("run", "warmup_init", "--workers", "2", "--set", f"steps={STEPS}", "--set", "lora_rank=2",
-            "--samples", "1", "--seed", "7", "--no-progress")
+            "--samples", "1", "--seed", "7", "--objectives", "val_loss,peak_mem_mb,fidelity", "--no-progress")
     first = cli(*args, "--trials", "4", cwd=cwd)
     storage = f"sqlite:///{cwd / 'csweep_runs' / 'optuna.db'}"
     tracking = f"sqlite:///{cwd / 'csweep_runs' / 'mlflow.db'}"
@@ -55,7 +58,8 @@ def test_run_completes_and_says_where_results_are(tiny_sweep):
 def test_storage_holds_every_trial_with_run_ids_and_nodes(tiny_sweep):
     _, _, _, storage, _, snapshot = tiny_sweep
     study = optuna.load_study(study_name="warmup_init", storage=storage)
-    assert [d.name for d in study.directions] == ["MINIMIZE", "MINIMIZE"]
+    assert [d.name for d in study.directions] == ["MINIMIZE", "MINIMIZE", "MAXIMIZE"]
+    assert study.metric_names == ["val_loss", "peak_mem_mb", "fidelity"]
     trials = study.trials
     assert [t.number for t in trials] == list(range(6))
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
@@ -112,7 +116,7 @@ def test_every_trial_draws_samples_seen_in_mlflow_and_the_report(tiny_sweep):
         assert any("samples" in p for p in images), images
         run = client.get_run(run_id)
         assert -1 <= run.data.metrics["fidelity"] <= 1 and run.data.metrics["sample_seconds"] > 0
-        assert t.user_attrs["fidelity"] == pytest.approx(run.data.metrics["fidelity"])
+        assert t.user_attrs["fidelity"] == pytest.approx(run.data.metrics["fidelity"]) == pytest.approx(t.values[2])
         # the data it saw, as MLflow dataset inputs (the UI's Dataset column), digests the study's
         inputs = {(d.dataset.name, d.dataset.digest, {t.key: t.value for t in d.tags}["mlflow.data.context"])
                   for d in run.inputs.dataset_inputs}
@@ -178,6 +182,10 @@ def test_pareto_csv_is_exactly_the_non_dominated_trials(tiny_sweep):
     assert set(front["trial"]) == non_dominated(trials)
     assert list(front["peak_mem_mb"]) == sorted(front["peak_mem_mb"])
     assert "Pareto front of warmup_init" in (out / "pareto.md").read_text()
+    assert "maximize fidelity" in (out / "pareto.md").read_text()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["objectives"] == ["val_loss", "peak_mem_mb", "fidelity"] and len(summary["reference_point"]) == 3
+    assert summary["hypervolume"] > 0
 
 
 def test_report_command_rewrites_from_storage(tiny_sweep, cli):
