@@ -1,7 +1,3 @@
-import sys
-
 from sweeps._cli import cli
 
 cli()
-
-

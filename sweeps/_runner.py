@@ -14,6 +14,7 @@ import shlex
 import signal
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -84,10 +85,31 @@ def describe(cfg: RunConfig) -> str:
             "run: best val_loss, front size, hypervolume.")
 
 
-def run_sweep(cfg: RunConfig) -> Outcome:
-    import ray
+def _open_mlflow(cfg: RunConfig, study: Any) -> tuple[SafeTracker, str, Any]:
+    """(tracker, parent run id or "", where per-trial records go): the parent run attached to the
+    study, each concept's training images on it, and the logging process started; without a
+    parent run (MLflow unreachable) the records go straight to pending_mlflow/."""
+    mlflow = SafeTracker(cfg.tracking_uri, cfg.study_name, artifact_root=cfg.artifact_root)
+    parent = ""
+    if mlflow.experiment_id is not None:
+        study.set_user_attr(A.EXPERIMENT_ID, mlflow.experiment_id)
+        parent = mlflow.attach_parent(study, description=describe(cfg), params={
+            "space": cfg.space.name, "objective": cfg.objective, "sampler": cfg.sampler,
+            "model": cfg.model, "data": cfg.data or "synthetic", "storage": redact(cfg.storage),
+            "seed": cfg.seed, "seeds": cfg.seeds, **{f"fixed.{k}": v for k, v in cfg.fixed.items()},
+        })
+    if parent and cfg.builtin and cfg.samples:  # each concept's training images, for reference
+        from objectives import training_grids
 
-    quiet()
+        mlflow.log_images(parent, {f"training_images/{k}.png": v for k, v in training_grids(cfg.model, cfg.data).items()})
+    pending_dir = cfg.workdir / PENDING_DIR / cfg.study_name
+    log = (MlflowLane(cfg.tracking_uri, cfg.study_name, artifact_root=cfg.artifact_root, pending=pending_dir,
+                      parent=parent) if parent else PendingLog(pending_dir))
+    return mlflow, parent, log
+
+
+def _open_study(cfg: RunConfig) -> Any:
+    """The study, created or loaded, with the run's settings written to it."""
     storage = make_storage(cfg.storage)
     study = open_study(
         cfg.study_name, storage,
@@ -107,34 +129,41 @@ def run_sweep(cfg: RunConfig) -> Outcome:
         from objectives import data_digest
 
         study.set_user_attr(A.DATA_DIGEST, data_digest(cfg.model, cfg.data))
-    mlflow = SafeTracker(cfg.tracking_uri, cfg.study_name, artifact_root=cfg.artifact_root)
-    parent = ""
-    if mlflow.experiment_id is not None:
-        study.set_user_attr(A.EXPERIMENT_ID, mlflow.experiment_id)
-        parent = mlflow.attach_parent(study, description=describe(cfg), params={
-            "space": cfg.space.name, "objective": cfg.objective, "sampler": cfg.sampler,
-            "model": cfg.model, "data": cfg.data or "synthetic", "storage": redact(cfg.storage),
-            "seed": cfg.seed, "seeds": cfg.seeds, **{f"fixed.{k}": v for k, v in cfg.fixed.items()},
-        })
-    if parent and cfg.builtin and cfg.samples:  # each concept's training images, for reference
-        from objectives import training_grids
+    return study
 
-        mlflow.log_images(parent, {f"training_images/{k}.png": v for k, v in training_grids(cfg.model, cfg.data).items()})
-    # per-trial MLflow calls go to a child process, in order (started now, while Ray starts);
-    # without a parent run (MLflow unreachable) the records go straight to pending_mlflow/
-    pending_dir = cfg.workdir / PENDING_DIR / cfg.study_name
-    log = (MlflowLane(cfg.tracking_uri, cfg.study_name, artifact_root=cfg.artifact_root, pending=pending_dir,
-                      parent=parent) if parent else PendingLog(pending_dir))
+
+def _open_study_and_mlflow(cfg: RunConfig) -> tuple[Any, SafeTracker, str, Any]:
+    study = _open_study(cfg)
+    return (study, *_open_mlflow(cfg, study))
+
+
+def run_sweep(cfg: RunConfig) -> Outcome:
+    import ray
+
+    quiet()
     cluster = cfg.ray_address is not None or in_ray_job()
-    if cfg.builtin and not cluster:
-        from objectives import prepare_model
+    # the study and MLflow's side (its import, the store's schema, the parent run, the logging
+    # process) are set up in a thread while this one starts Ray: the start-ups overlap instead
+    # of adding up (a study of another kind is refused by the command line before this)
+    with ThreadPoolExecutor(1, thread_name_prefix="csweep-setup") as ex:
+        ready = ex.submit(_open_study_and_mlflow, cfg)
+        try:
+            if cfg.builtin and not cluster:
+                from objectives import prepare_model
 
-        prepare_model(cfg.model, on_build=lambda where: print(
-            f"no shipped weights for {cfg.model}: building it once for this machine (minutes; "
-            f"the shipped ones load in seconds), cached in {where}",
-            file=sys.stderr, flush=True))
-    local_cpus = max(os.cpu_count() or 1, math.ceil(cfg.workers * (cfg.cpus_per_trial or 1)))
-    start_ray(cfg.ray_address, num_cpus=local_cpus, runtime_env=runtime_env(cluster=cfg.ray_address is not None))
+                prepare_model(cfg.model, on_build=lambda where: print(
+                    f"no shipped weights for {cfg.model}: building it once for this machine (minutes; "
+                    f"the shipped ones load in seconds), cached in {where}",
+                    file=sys.stderr, flush=True))
+            local_cpus = max(os.cpu_count() or 1, math.ceil(cfg.workers * (cfg.cpus_per_trial or 1)))
+            start_ray(cfg.ray_address, num_cpus=local_cpus, runtime_env=runtime_env(cluster=cfg.ray_address is not None))
+        except BaseException:
+            try:  # the logging process stops with the run
+                ready.result()[3].close()
+            except Exception:  # noqa: BLE001 - the first error is the one to report
+                pass
+            raise
+        study, mlflow, parent, log = ready.result()
     cpus = cpus_per_trial(cfg)
     options = {"num_cpus": cpus, "num_gpus": _gpus_for(cfg), "max_restarts": 0}
     # on a cluster the data folder travels through the object store (other nodes lack the path)

@@ -1,0 +1,80 @@
+"""A short sweep end to end, as a user runs it, for two revisions of csweep side by side.
+
+`csweep run` of a 2-trial plug-in study (the sleep objective, 50 ms a trial) on a fresh workdir:
+what it costs before the first trial and after the last one (Python and Ray start-up, the
+Optuna and MLflow stores, the reports, the exit) — the fixed cost that every sweep, and every
+subprocess sweep of the test suite, pays. The revisions run alternately, ROUNDS times each, so
+that the machine's load falls on both alike; prints each round's wall time, the medians and
+their ratio.
+
+Run from the repository root: python benchmarks/startup.py [OLD [NEW]] [--rounds 5]
+(defaults: HEAD~1 against the working tree).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from compare_revisions import ROOT, worktree
+
+SPACE = """name: startup
+objective: sleep_objective:objective
+params:
+  x: {type: float, low: 0.0, high: 1.0}
+  y: {type: float, low: 0.0, high: 1.0}
+fixed:
+  sleep: 0.05
+"""
+
+
+def measure(tree: Path, project: Path) -> float:
+    shutil.rmtree(project / "csweep_runs", ignore_errors=True)
+    started = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "sweeps", "run", "startup.yaml", "--trials", "2", "--no-progress"],
+                         cwd=project, capture_output=True, text=True, timeout=600,
+                         env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"})
+    seconds = time.perf_counter() - started
+    if out.returncode != 0 or "2 completed" not in out.stdout:
+        raise SystemExit(f"{tree}: {out.stderr[-2000:]}")
+    return seconds
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("old", nargs="?", default="HEAD~1")
+    ap.add_argument("new", nargs="?", default="")
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="csweep-startup-"))
+    project = tmp / "project"
+    project.mkdir()
+    (project / "startup.yaml").write_text(SPACE)
+    shutil.copy(ROOT / "benchmarks" / "sleep_objective.py", project / "sleep_objective.py")
+    trees = {args.old: worktree(args.old, tmp / "old")}
+    trees[args.new or "working tree"] = worktree(args.new, tmp / "new") if args.new else ROOT
+    results: dict[str, list[float]] = {k: [] for k in trees}
+    try:
+        for r in range(args.rounds):
+            for name, tree in trees.items():
+                results[name].append(measure(tree, project))
+                print(f"round {r + 1} {name}: {results[name][-1]:.1f} s", flush=True)
+    finally:
+        for rev in (args.old, args.new):
+            if rev:
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(trees[rev])])
+    med = {name: statistics.median(v) for name, v in results.items()}
+    for name, m in med.items():
+        print(f"{name:14s} median {m:.1f} s for a 2-trial sweep, start to exit")
+    old, new = list(med)
+    print(f"{new} / {old} = {med[new] / med[old]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
