@@ -283,13 +283,18 @@ def train(
         return LoraConfig(r=rank, lora_alpha=cfg["lora_alpha"], init_lora_weights="gaussian",
                           target_modules=targets)
 
-    if lora_unet:
-        unet.add_adapter(lora_config(LORA_UNET_TARGETS))
-    for i, te in enumerate(encoders):
-        used = used_layers(te, i, sdxl=base.is_sdxl)
-        if lora_text:
-            encoders[i] = te = inject_adapter_in_model(lora_config(lora_text_pattern(used)), te)
-        unfreeze(te, cfg["freeze"], cfg["unfreeze_layers"], used)
+    # peft draws the adapters' initial weights from torch's global generator: seeded from the
+    # trial's seed here (and the caller's state restored after), so that a trial's result does
+    # not depend on which worker ran it or on what that worker ran before
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg["seed"])
+        if lora_unet:
+            unet.add_adapter(lora_config(LORA_UNET_TARGETS))
+        for i, te in enumerate(encoders):
+            used = used_layers(te, i, sdxl=base.is_sdxl)
+            if lora_text:
+                encoders[i] = te = inject_adapter_in_model(lora_config(lora_text_pattern(used)), te)
+            unfreeze(te, cfg["freeze"], cfg["unfreeze_layers"], used)
     concept_embs, saved_embs = [], []
     for i, (te, tok) in enumerate(zip(encoders, tokenizers)):
         emb = _embeddings_module(te)

@@ -110,6 +110,10 @@ class NoiseFloor:
         if spread is not None and self.std > 0:
             out += (f" The configs' {m} spreads {spread:.3g} (std across trials), "
                     f"{spread / self.std:.1f}x the seed noise.")
+            if spread < self.std:
+                more = " or more sample images per trial (--samples N)" if m == "fidelity" else ""
+                out += (f" Its differences between configs are within seed noise: do not rank configs by "
+                        f"{m} alone; more seeds per config (--seeds K){more} narrow it.")
         return out
 
 

@@ -94,6 +94,17 @@ def test_noise_floor_pools_within_config_replicates():
     assert "not measured" in noise_floor(power_law_study(0, n=30)).sentence()
 
 
+def test_a_score_whose_spread_is_within_its_seed_noise_is_flagged():
+    """The demo's figures: fidelity spreads 0.087 across configs against a seed noise of 0.122;
+    val_loss spreads 0.0109 against 0.0038."""
+    from reports import NoiseFloor
+
+    weak = NoiseFloor(0.122, 18, 18, "fidelity").sentence(0.087)
+    assert "0.7x the seed noise" in weak and "within seed noise" in weak and "--samples N" in weak
+    strong = NoiseFloor(0.0038, 18, 18).sentence(0.0109)
+    assert "2.9x the seed noise" in strong and "within seed noise" not in strong
+
+
 def test_front_probability_reflects_the_noise():
     df = power_law_study(0, n=6)
     df["val_loss"] = [1.0, 1.001, 2.0, 3.0, 3.5, 4.0]
