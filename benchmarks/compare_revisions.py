@@ -39,7 +39,8 @@ def measure(tree: Path, n: int) -> dict[str, float]:
         raise SystemExit(f"{tree}: {out.stderr[-2000:]}")
     figures = {}
     for line in out.stdout.splitlines():
-        m = re.match(r"^(csweep[^\d]*?|Optuna ask/tell[^\d]*?)\s+([\d.]+)\s+([\d.]+)", line)
+        # a figure may be negative: a difference of two noisy timings
+        m = re.match(r"^(csweep[^\d]*?|Optuna ask/tell[^\d]*?)\s+(-?[\d.]+)\s+(-?[\d.]+)", line)
         if m:
             figures[m.group(1).strip()] = float(m.group(2))
     return figures
