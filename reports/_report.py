@@ -137,7 +137,7 @@ def analyse(study: Any, *, n_boot: int = 20) -> StudyReport:
         ),
     }
     extras = {"feasible", "fidelity", "outcome", *NOISE_COLUMNS, *FIDELITY_NOISE_COLUMNS, "health", "node_id",
-              "reason"}
+              "rerun_of", "reason"}
     return StudyReport(
         study.study_name, trials, front, summary, couplings, laws,
         hypervolume_history(trials, ok, ref, objectives) if ref else None,

@@ -75,6 +75,7 @@ def trials_frame(study: Any) -> pd.DataFrame:
     rows = []
     objectives = Objectives.of(study)
     fidelity = "fidelity" in objectives.names or any(A.FIDELITY in t.user_attrs for t in study.trials)
+    reruns = any(A.RERUN_OF in t.user_attrs for t in study.trials)  # csweep rerun-front
     for t in study.trials:
         outcome = _outcome(t)
         ok = t.values is not None and outcome == "ok"
@@ -103,12 +104,15 @@ def trials_frame(study: Any) -> pd.DataFrame:
             row["fidelity_sem"] = t.user_attrs.get(A.FIDELITY_SEM, math.nan)
         row["health"] = t.user_attrs.get(A.HEALTH, "")
         row["node_id"] = t.user_attrs.get(A.NODE_ID, "")
+        if reruns:
+            row["rerun_of"] = t.user_attrs.get(A.RERUN_OF)
         row["reason"] = (t.user_attrs.get(A.FAIL_REASON) or t.user_attrs.get(A.PRUNE_REASON)
                          or stale.get(str(t.number), ""))
         rows.append(row)
     columns = list(FIXED_COLUMNS) + names + (["feasible"] if constrained else [])
     columns += (["fidelity"] if fidelity else []) + ["outcome", *NOISE_COLUMNS]
-    columns += (list(FIDELITY_NOISE_COLUMNS) if fidelity else []) + ["health", "node_id", "reason"]
+    columns += (list(FIDELITY_NOISE_COLUMNS) if fidelity else []) + ["health", "node_id"]
+    columns += (["rerun_of"] if reruns else []) + ["reason"]
     return pd.DataFrame(rows, columns=columns)
 
 

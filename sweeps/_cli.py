@@ -500,7 +500,7 @@ def cmd_rerun_front(a: argparse.Namespace) -> int:
     base = int(study.user_attrs.get(A.SETTINGS, {}).get("fixed", {}).get("seed", 0) or 0)
     offset = (max(used) - base + 1) if used else 1
     cfg = _stored_config(a, study, workdir, storage, trials=len(configs), enqueue=configs,
-                         seed_offset=max(1, offset))
+                         enqueue_attrs=[{A.RERUN_OF: int(n)} for n in front["trial"]], seed_offset=max(1, offset))
     cfg = dataclasses.replace(cfg, seeds=a.seeds)
     print(f"study {a.study}: re-training {len(configs)} front config(s) (trials "
           f"{', '.join(str(int(n)) for n in front['trial'])}) with {a.seeds} fresh seed(s) each", file=sys.stderr)

@@ -94,6 +94,7 @@ class Driver:
         fixed: Mapping[str, Any] = {}, distributions: Mapping[str, Any] | None = None,
         seeds: int = 1, seed_offset: int = 0, max_mem_mb: float | None = None, max_retries: int = 1,
         max_fail_share: float = 0.5, enqueue: Sequence[Mapping[str, Any]] = (),
+        enqueue_attrs: Sequence[Mapping[str, Any]] = (),
         stop: threading.Event | None = None, on_progress: Callable[[Outcome, int], None] | None = None,
         on_result: Callable[[int, TrialResult], None] | None = None,
         objectives: Sequence[str] = OBJECTIVES,
@@ -106,8 +107,9 @@ class Driver:
         self.stop = stop or threading.Event()
         self.on_progress, self.on_result = on_progress, on_result
         self.outcome = Outcome(study.study_name)
-        for params in enqueue:
-            study.enqueue_trial(dict(params), skip_if_exists=False)
+        for i, params in enumerate(enqueue):
+            attrs = dict(enqueue_attrs[i]) if i < len(enqueue_attrs) else None
+            study.enqueue_trial(dict(params), user_attrs=attrs, skip_if_exists=False)
         self.asked = 0
         self.seq = 0
         self.queue: deque[tuple[_Trial, int]] = deque()  # replicates not yet submitted

@@ -181,7 +181,8 @@ def run_sweep(cfg: RunConfig) -> Outcome:
     driver = Driver(
         study, pool, log, trials=cfg.trials, fixed=cfg.fixed, distributions=cfg.space.distributions(),
         seeds=cfg.seeds, seed_offset=cfg.seed_offset, max_mem_mb=cfg.max_mem_mb, max_retries=cfg.max_retries,
-        max_fail_share=cfg.max_fail_share, enqueue=cfg.enqueue, stop=stop, objectives=cfg.objectives,
+        max_fail_share=cfg.max_fail_share, enqueue=cfg.enqueue, enqueue_attrs=cfg.enqueue_attrs, stop=stop,
+        objectives=cfg.objectives,
         on_progress=(lambda o, running: _update(bar, study, o, running)) if bar is not None else None,
         on_result=lambda number, result: keep_samples(samples_dir(cfg.workdir, cfg.study_name), number, result),
     )

@@ -49,6 +49,8 @@ class RunConfig:
     artifact_root: Path | None = field(default=None, metadata=PER_INVOCATION)
     # parameters to run first (a resume's re-runs, rerun-front's configs)
     enqueue: Sequence[Mapping[str, Any]] = field(default=(), metadata=PER_INVOCATION)
+    # user attrs of each enqueued trial, in the same order (rerun-front: the trial it re-trains)
+    enqueue_attrs: Sequence[Mapping[str, Any]] = field(default=(), metadata=PER_INVOCATION)
     seed_offset: int = field(default=0, metadata=PER_INVOCATION)  # rerun-front: fresh seeds
 
     def __post_init__(self) -> None:

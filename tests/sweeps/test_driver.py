@@ -234,3 +234,13 @@ def test_seed_replicates_measure_the_noise_of_fidelity_too():
     assert t.user_attrs[A.FIDELITY_SEM] == pytest.approx(0.1 / math.sqrt(3))
     assert t.user_attrs[A.FIDELITY_REPLICATES] == pytest.approx([0.2, 0.3, 0.4])
     assert log.finished[0][2]["history"]["replicate_fidelity"] == pytest.approx([0.2, 0.3, 0.4])
+
+
+def test_enqueued_configs_run_first_and_carry_their_attrs():
+    """rerun-front's path: the front's configs are enqueued, each naming the trial it re-trains."""
+    pool = FakePool(2, lambda p, n: (1.0, ok(p["x"])))
+    st, _, _, out = drive(pool, trials=3, enqueue=[{"x": 0.25}, {"x": 0.75}],
+                          enqueue_attrs=[{A.RERUN_OF: 7}, {A.RERUN_OF: 9}])
+    assert out.completed == 3
+    assert [t.params["x"] for t in st.trials[:2]] == [0.25, 0.75]
+    assert [t.user_attrs.get(A.RERUN_OF) for t in st.trials] == [7, 9, None]

@@ -19,7 +19,7 @@ from sweeps._settings import RunConfig
 
 # what each per-invocation field is given by when `csweep resume` runs the study again
 RESUME_GIVES = {"study_name", "trials", "workers", "workdir", "storage", "ray_address", "progress",
-                "reports", "artifact_root", "enqueue", "seed_offset"}
+                "reports", "artifact_root", "enqueue", "enqueue_attrs", "seed_offset"}
 
 
 def option_values(tmp: Path) -> dict[str, list[str]]:

@@ -336,3 +336,10 @@ def test_seed_replicates_and_rerun_front(analytic_project, cli):
     assert len(new) == len(front)
     assert sorted(t.params["x"] for t in new) == sorted(front["x"])
     assert all(t.user_attrs["n_seeds"] == 3 and t.user_attrs["seeds"] == [2, 3, 4] for t in new)
+    # each new trial names the front trial it re-trains, in storage and in the trials table
+    by_number = {t.number: t for t in study.trials}
+    assert sorted(t.user_attrs["rerun_of"] for t in new) == sorted(front["trial"])
+    assert all(t.params == by_number[t.user_attrs["rerun_of"]].params for t in new)
+    table = pd.read_csv(analytic_project / "csweep_runs/reports/analytic/trials.csv")
+    assert table["rerun_of"].iloc[5:].astype(int).tolist() == [t.user_attrs["rerun_of"] for t in new]
+    assert table["rerun_of"].iloc[:5].isna().all()
