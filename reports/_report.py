@@ -60,6 +60,12 @@ class StudyReport:
     objectives: Objectives = field(default_factory=Objectives)
 
 
+def _noise_and_spread(ok: pd.DataFrame, metric: str) -> tuple[Any, float | None]:
+    """A score's seed-noise floor and its spread across the usable trials (std; None below two)."""
+    values = ok[metric].astype(float).dropna()
+    return noise_floor(ok, metric), float(values.std()) if len(values) >= 2 else None
+
+
 def analyse(study: Any, *, n_boot: int = 20) -> StudyReport:
     """All the numbers of a report, as records (nothing drawn or written). Every analysis takes
     the usable trials from one place (`usable`)."""
@@ -79,22 +85,19 @@ def analyse(study: Any, *, n_boot: int = 20) -> StudyReport:
         if h.get("law") == "power" and h["x"] in trials.columns and h["y"] in trials.columns:
             laws.append(fit_power_law(ok, h["x"], h["y"], params=numeric, categorical=categorical,
                                       n_boot=max(n_boot, 10)))
-    noise = noise_floor(ok)
-    spread = float(ok["val_loss"].astype(float).std()) if len(ok) >= 2 else None
+    noise, spread = _noise_and_spread(ok, "val_loss")
     counts = {k: int(v) for k, v in trials["state"].value_counts().items()}
     outcomes = {k: int(v) for k, v in trials["outcome"].value_counts().items()}
     sentences = [noise.sentence(spread)]
     fidelity: dict[str, Any] = {}
     if "fidelity" in ok.columns and ok["fidelity"].notna().any():
-        f_noise = noise_floor(ok, "fidelity")
-        f_values = ok["fidelity"].astype(float).dropna()
-        f_spread = float(f_values.std()) if len(f_values) >= 2 else None
+        f_noise, f_spread = _noise_and_spread(ok, "fidelity")
         sentences.append(f_noise.sentence(f_spread))
         fidelity = {
             "fidelity_noise_floor_std": f_noise.std, "fidelity_noise_floor_configs": f_noise.n_configs,
             "fidelity_spread_std": f_spread,
             "fidelity_signal_to_noise": (f_spread / f_noise.std) if f_spread is not None and f_noise.std else None,
-            "best_fidelity": float(f_values.max()) if len(f_values) else None,
+            "best_fidelity": float(ok["fidelity"].max()),
         }
     if noise.std is not None and len(front) >= 2:
         unsure = front[front["p_front"] < 0.95]

@@ -13,8 +13,9 @@ from typing import Any
 from . import _attrs as A
 
 REQUIRED = ("val_loss", "peak_mem_mb")
-# scores whose seed noise --seeds K measures: (metric, its std attr, its sem attr)
-NOISY = (("val_loss", A.VAL_LOSS_STD, A.VAL_LOSS_SEM), (A.FIDELITY, A.FIDELITY_STD, A.FIDELITY_SEM))
+# scores whose seed noise --seeds K measures: (metric, its std, sem and replicates attrs)
+NOISY = (("val_loss", A.VAL_LOSS_STD, A.VAL_LOSS_SEM, A.VAL_LOSS_REPLICATES),
+         (A.FIDELITY, A.FIDELITY_STD, A.FIDELITY_SEM, A.FIDELITY_REPLICATES))
 
 
 class Kind(str, Enum):
@@ -111,7 +112,7 @@ def combine(replicates: Sequence[TrialResult]) -> TrialResult:
         history |= {f"seed{r.seed}/{k}": v for k, v in r.history.items()}
         artifacts |= {f"replicates/seed{r.seed}/{k}": v for k, v in r.artifacts.items()}
     # the seed noise of each noisy score: the replicates' values, their std and sem
-    for name, std_key, sem_key in NOISY:
+    for name, std_key, sem_key, _ in NOISY:
         if name not in keys:
             continue
         values = np.array([r.metrics[name] for r in replicates], dtype=float)
@@ -159,12 +160,11 @@ def tell(study: Any, trial: Any, result: TrialResult, *, max_mem_mb: float | Non
         m = result.metrics
         if A.FIDELITY in m:  # the reports show it beside the objectives
             trial.set_user_attr(A.FIDELITY, m[A.FIDELITY])
-        replicates = {"val_loss": A.VAL_LOSS_REPLICATES, A.FIDELITY: A.FIDELITY_REPLICATES}
-        for name, std_key, sem_key in NOISY:
+        for name, std_key, sem_key, replicates_key in NOISY:
             if std_key in m:
                 trial.set_user_attr(std_key, m[std_key])
                 trial.set_user_attr(sem_key, m[sem_key])
-                trial.set_user_attr(replicates[name], [r.metrics[name] for r in result.replicates])
+                trial.set_user_attr(replicates_key, [r.metrics[name] for r in result.replicates])
         if max_mem_mb is not None:
             trial.set_constraint("peak_mem_mb", m["peak_mem_mb"] - max_mem_mb)
         study.tell(trial, [m[o] for o in objectives])

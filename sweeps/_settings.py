@@ -12,6 +12,8 @@ from typing import Any
 
 from search_spaces import SearchSpace, parse_space
 
+from ._study import OBJECTIVES
+
 # fields each invocation gives anew (`resume` has flags of its own for them); all others are stored
 PER_INVOCATION = {"per_invocation": True}
 
@@ -42,7 +44,7 @@ class RunConfig:
     samples: Mapping[str, Any] | None = None
     max_retries: int = 1
     max_fail_share: float = 0.5
-    objectives: tuple[str, ...] = ("val_loss", "peak_mem_mb")  # the study's (sweeps._study)
+    objectives: tuple[str, ...] = OBJECTIVES  # the study's (sweeps._study)
     progress: bool = field(default=True, metadata=PER_INVOCATION)
     # write the reports at the end (benchmarks time the loop alone)
     reports: bool = field(default=True, metadata=PER_INVOCATION)

@@ -42,7 +42,10 @@ def describe_objectives(objectives: tuple[str, ...] | list[str]) -> str:
 def mismatch(storage: Any, name: str, objectives: tuple[str, ...] | list[str]) -> str:
     """Why a stored study of that name cannot take a run with these objectives ("" when it can
     or when there is none)."""
-    dirs = existing_directions(storage, name)
+    return _mismatch(storage, name, objectives, existing_directions(storage, name))
+
+
+def _mismatch(storage: Any, name: str, objectives: tuple[str, ...] | list[str], dirs: list[str] | None) -> str:
     if dirs is None or dirs == directions(objectives):
         return ""
     import optuna
@@ -145,10 +148,10 @@ def open_study(
     import optuna
 
     objectives = tuple(objectives)
-    why = mismatch(storage, name, objectives)
+    dirs = existing_directions(storage, name)
+    why = _mismatch(storage, name, objectives, dirs)
     if why:
         raise StudyMismatch(why)
-    dirs = existing_directions(storage, name)
     if dirs is None and not create:
         raise StudyMismatch(f"study {name!r} does not exist in this storage")
     n_existing = 0

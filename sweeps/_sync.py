@@ -9,6 +9,7 @@ from typing import Any
 
 from . import _attrs as A
 from ._lane import PENDING_DIR
+from ._study import OBJECTIVES
 from ._tracking import Tracker
 
 _STATUS = {"COMPLETE": "FINISHED", "FAIL": "FAILED", "PRUNED": "KILLED"}
@@ -25,7 +26,7 @@ def sync_study(study: Any, workdir: Path, tracking_uri: str, *, artifact_root: P
     created = filled = already = 0
     # a finished trial cannot take new user attrs: runs created here are recorded on the study
     synced: dict[str, str] = dict(study.user_attrs.get(A.SYNCED_RUNS, {}))
-    names = study.metric_names or ["val_loss", "peak_mem_mb"]
+    names = study.metric_names or list(OBJECTIVES)
     for t in study.trials:
         if t.state.name == "RUNNING" or t.state.name == "WAITING":
             continue
