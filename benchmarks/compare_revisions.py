@@ -17,9 +17,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 ROOT = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
 
 
 def worktree(rev: str, where: Path) -> Path:
@@ -46,27 +50,50 @@ def measure(tree: Path, n: int) -> dict[str, float]:
     return figures
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def revision_args(rounds: int, description: str) -> argparse.ArgumentParser:
+    """OLD [NEW] [--rounds R]: NEW "" is the working tree."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("old", nargs="?", default="HEAD~1")
     ap.add_argument("new", nargs="?", default="")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=rounds)
+    return ap
+
+
+@contextmanager
+def revision_trees(old: str, new: str, prefix: str) -> Iterator[dict[str, Path]]:
+    """{name: source tree} of the two revisions (NEW "" is the working tree); the temporary
+    worktrees are removed afterwards."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    made = [worktree(old, tmp / "old")]
+    trees = {old: made[0]}
+    if new:
+        made.append(worktree(new, tmp / "new"))
+    trees[new or "working tree"] = made[-1] if new else ROOT
+    try:
+        yield trees
+    finally:
+        for tree in made:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)])
+
+
+def interleaved(trees: dict[str, Path], rounds: int, measure: Callable[[Path], T],
+                show: Callable[[T], str] = str) -> dict[str, list[T]]:
+    """`measure` of each tree, the trees alternating, `rounds` times each, so that the
+    machine's load falls on both alike."""
+    results: dict[str, list[T]] = {name: [] for name in trees}
+    for r in range(rounds):
+        for name, tree in trees.items():
+            results[name].append(measure(tree))
+            print(f"round {r + 1} {name}: {show(results[name][-1])}", flush=True)
+    return results
+
+
+def main() -> None:
+    ap = revision_args(3, __doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=60)
     args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="csweep-revs-"))
-    trees = {args.old: worktree(args.old, tmp / "old")}
-    trees[args.new or "working tree"] = worktree(args.new, tmp / "new") if args.new else ROOT
-    results: dict[str, list[dict[str, float]]] = {k: [] for k in trees}
-    try:
-        for r in range(args.rounds):
-            for name, tree in trees.items():
-                results[name].append(measure(tree, args.n))
-                print(f"round {r + 1} {name}: {results[name][-1]}", flush=True)
-    finally:
-        if args.old in trees:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(trees[args.old])])
-        if args.new:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(trees[args.new])])
+    with revision_trees(args.old, args.new, "csweep-revs-") as trees:
+        results = interleaved(trees, args.rounds, lambda tree: measure(tree, args.n))
     med = {}
     for name, rounds in results.items():
         for tool in sorted({k for r in rounds for k in r}):

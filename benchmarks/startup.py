@@ -13,7 +13,6 @@ Run from the repository root: python benchmarks/startup.py [OLD [NEW]] [--rounds
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import statistics
 import subprocess
@@ -22,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from compare_revisions import ROOT, worktree
+from compare_revisions import ROOT, interleaved, revision_args, revision_trees
 
 SPACE = """name: startup
 objective: sleep_objective:objective
@@ -47,28 +46,12 @@ def measure(tree: Path, project: Path) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("old", nargs="?", default="HEAD~1")
-    ap.add_argument("new", nargs="?", default="")
-    ap.add_argument("--rounds", type=int, default=5)
-    args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="csweep-startup-"))
-    project = tmp / "project"
-    project.mkdir()
+    args = revision_args(5, __doc__.splitlines()[0]).parse_args()
+    project = Path(tempfile.mkdtemp(prefix="csweep-startup-"))
     (project / "startup.yaml").write_text(SPACE)
     shutil.copy(ROOT / "benchmarks" / "sleep_objective.py", project / "sleep_objective.py")
-    trees = {args.old: worktree(args.old, tmp / "old")}
-    trees[args.new or "working tree"] = worktree(args.new, tmp / "new") if args.new else ROOT
-    results: dict[str, list[float]] = {k: [] for k in trees}
-    try:
-        for r in range(args.rounds):
-            for name, tree in trees.items():
-                results[name].append(measure(tree, project))
-                print(f"round {r + 1} {name}: {results[name][-1]:.1f} s", flush=True)
-    finally:
-        for rev in (args.old, args.new):
-            if rev:
-                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(trees[rev])])
+    with revision_trees(args.old, args.new, "csweep-startup-trees-") as trees:
+        results = interleaved(trees, args.rounds, lambda tree: measure(tree, project), lambda s: f"{s:.1f} s")
     med = {name: statistics.median(v) for name, v in results.items()}
     for name, m in med.items():
         print(f"{name:14s} median {m:.1f} s for a 2-trial sweep, start to exit")
