@@ -103,15 +103,17 @@ def mlflow_server(tmp_path):
 
 def test_mlflow_outage_then_sync_backfills_idempotently(analytic_project, mlflow_server, cli):
     url, start = mlflow_server
-    env = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "3"}
+    down = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "3"}
     res = cli("run", "analytic.yaml", "--trials", "4", "--workers", "2", "--tracking-uri", url,
-              "--no-progress", cwd=analytic_project, env=env)  # the server is down for the whole sweep
+              "--no-progress", cwd=analytic_project, env=down)  # the server is down for the whole sweep
     assert res.returncode == 0, res.stderr
     assert "was not updated" in res.stderr and "csweep sync analytic" in res.stderr
     study = optuna.load_study(study_name="analytic",
                               storage=f"sqlite:///{analytic_project / 'csweep_runs/optuna.db'}")
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 4  # storage is the source of truth
     start()
+    # once it is up, a loaded machine can take seconds to answer its first requests: no 3 s limit
+    env = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "120"}
     first = cli("sync", "analytic", "--tracking-uri", url, cwd=analytic_project, env=env)
     assert first.returncode == 0, first.stderr
     assert "4 runs created" in first.stdout
