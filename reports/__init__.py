@@ -17,7 +17,7 @@ from ._analysis import (
     reference_point,
 )
 from ._report import REFERENCE_RULE, analyse, data_mismatch, write_comparison, write_study_report
-from ._tables import pareto_frame, trials_frame, usable
+from ._tables import converged, pareto_frame, trials_frame, usable
 
 __all__ = [
     "Coupling",
@@ -25,6 +25,7 @@ __all__ = [
     "NoiseFloor",
     "REFERENCE_RULE",
     "analyse",
+    "converged",
     "coupling_analysis",
     "data_mismatch",
     "fit_power_law",

@@ -63,9 +63,10 @@ def render_page(rep: Any, *, images: Mapping[str, Path], figure: Any, tracking_u
         html_table(rep.front, tracking_uri=tracking_uri, experiment_id=experiment_id), "</div>",
         gallery,
         "<h2>Coupling</h2><p class='muted'>Share of val_loss variance due to each pair's interaction "
-        "(second-order functional ANOVA term on a Gaussian-process surrogate of the usable trials, "
-        "categorical knobs one-hot, 95% bootstrap interval), strongest first. For a categorical knob against "
-        "a numeric one, the numeric knob's best value per level.</p>",
+        "(second-order functional ANOVA term on a Gaussian-process surrogate of the usable trials that "
+        "converged, categorical knobs one-hot, 95% bootstrap interval), strongest first. For a categorical knob "
+        "against a numeric one, the numeric knob's best value per level.</p>",
+        f"<p class='left-out'>{esc(rep.fit_note)}</p>" if getattr(rep, "fit_note", "") else "",
         f"<ul>{couplings}</ul>",
         f"<div class='scroll'>{html_table(coupling_frame(rep.couplings))}</div>" if rep.couplings else "",
         "<h2>Fitted laws</h2>", f"<ul>{laws}</ul>",

@@ -36,7 +36,7 @@ from ._plots import (
 )
 from sweeps import _attrs as A
 
-from ._tables import FIDELITY_NOISE_COLUMNS, NOISE_COLUMNS, categorical_params, numeric_params, pareto_frame, trials_frame, usable, write_table
+from ._tables import FIDELITY_NOISE_COLUMNS, NOISE_COLUMNS, categorical_params, converged, numeric_params, pareto_frame, trials_frame, usable, write_table
 
 REFERENCE_RULE = (
     "per objective: the worst feasible COMPLETE value plus 10% of the observed range "
@@ -54,10 +54,11 @@ class StudyReport:
     laws: list[Any] = field(default_factory=list)
     hv_history: pd.DataFrame | None = None
     params: list[str] = field(default_factory=list)
-    usable: pd.DataFrame | None = None  # the trials every analysis and plot uses (reports.usable)
+    usable: pd.DataFrame | None = None  # the trials the front and every plot use (reports.usable)
     noise: Any = None
     sentences: list[str] = field(default_factory=list)  # what the numbers say, for the page
     objectives: Objectives = field(default_factory=Objectives)
+    fit_note: str = ""  # which usable trials the coupling, law and noise analyses left out, and why
 
 
 def _noise_and_spread(ok: pd.DataFrame, metric: str) -> tuple[Any, float | None]:
@@ -79,19 +80,21 @@ def analyse(study: Any, *, n_boot: int = 20) -> StudyReport:
     numeric = numeric_params(study)
     categorical = categorical_params(study)
     space = study.user_attrs.get(A.SPACE) or {}
-    couplings = coupling_analysis(ok, numeric, categorical=categorical, n_boot=n_boot)
+    fit = converged(ok)  # the response-surface analyses leave out the runs that never settled
+    left_out = ok[~ok["trial"].isin(fit["trial"])]
+    couplings = coupling_analysis(fit, numeric, categorical=categorical, n_boot=n_boot)
     laws = []
     for h in space.get("hypotheses", []):
         if h.get("law") == "power" and h["x"] in trials.columns and h["y"] in trials.columns:
-            laws.append(fit_power_law(ok, h["x"], h["y"], params=numeric, categorical=categorical,
+            laws.append(fit_power_law(fit, h["x"], h["y"], params=numeric, categorical=categorical,
                                       n_boot=max(n_boot, 10)))
-    noise, spread = _noise_and_spread(ok, "val_loss")
+    noise, spread = _noise_and_spread(fit, "val_loss")
     counts = {k: int(v) for k, v in trials["state"].value_counts().items()}
     outcomes = {k: int(v) for k, v in trials["outcome"].value_counts().items()}
     sentences = [noise.sentence(spread)]
     fidelity: dict[str, Any] = {}
-    if "fidelity" in ok.columns and ok["fidelity"].notna().any():
-        f_noise, f_spread = _noise_and_spread(ok, "fidelity")
+    if "fidelity" in fit.columns and fit["fidelity"].notna().any():
+        f_noise, f_spread = _noise_and_spread(fit, "fidelity")
         sentences.append(f_noise.sentence(f_spread))
         fidelity = {
             "fidelity_noise_floor_std": f_noise.std, "fidelity_noise_floor_configs": f_noise.n_configs,
@@ -116,6 +119,10 @@ def analyse(study: Any, *, n_boot: int = 20) -> StudyReport:
         "counts_by_outcome": outcomes,
         "counts_by_health": {k: int(v) for k, v in trials["health"].replace("", "unknown").value_counts().items()},
         "n_usable": len(ok),
+        # coupling, laws and the noise floor against the spread fit these usable trials
+        "n_fitted": len(fit),
+        "left_out_of_fits": [{"trial": int(r.trial), "health": str(r.health), "val_loss": float(r.val_loss)}
+                             for r in left_out.itertuples()],
         "n_feasible_complete": len(ok),
         "max_mem_mb": study.user_attrs.get(A.MAX_MEM),
         "pareto_size": len(front),
@@ -145,7 +152,17 @@ def analyse(study: Any, *, n_boot: int = 20) -> StudyReport:
         study.study_name, trials, front, summary, couplings, laws,
         hypervolume_history(trials, ok, ref, objectives) if ref else None,
         [c for c in trials.columns[5:] if c not in extras], ok, noise, sentences, objectives,
+        _left_out_sentence(left_out, len(fit)) if len(left_out) else "",
     )
+
+
+def _left_out_sentence(left_out: pd.DataFrame, n_fitted: int) -> str:
+    """Which usable trials the coupling, law and noise analyses left out, and why."""
+    which = ", ".join(f"{int(r.trial)} ({r.health}, val_loss {r.val_loss:.4g})" for r in left_out.itertuples())
+    return (f"Coupling, laws and the noise floor against the spread fit the {n_fitted} usable trials that converged; left out "
+            f"{len(left_out)} whose training did not settle: trial{'s' if len(left_out) > 1 else ''} {which}. "
+            "Their loss says where training breaks (see the health plots), not how the knobs trade off; "
+            "they stay in the front and the tables.")
 
 
 def _declared_pairs(study: Any, numeric: dict[str, Any], couplings: list[Any]) -> list[tuple[str, str]]:
@@ -197,8 +214,8 @@ def write_study_report(study: Any, out_dir: Path, *, tracking_uri: str | None = 
     fits = {(f.x, f.y): f for f in rep.laws}
     for x, y in _declared_pairs(study, numeric, rep.couplings):
         name = f"pair_{x}__{y}.png"
-        files[name] = images[f"val_loss over {x} × {y}"] = pair_png(
-            rep.usable, x, y, logs, out_dir / name, fits.get((x, y)))
+        files[name] = images[f"val_loss over {x} × {y}"] = pair_png(  # the surface the law was read off
+            converged(rep.usable), x, y, logs, out_dir / name, fits.get((x, y)))
         if rep.trials["health"].astype(bool).any():
             name = f"health_{x}__{y}.png"
             files[name] = images[f"Training health over {x} × {y}"] = health_png(

@@ -119,13 +119,29 @@ def trials_frame(study: Any) -> pd.DataFrame:
 def usable(trials: pd.DataFrame) -> pd.DataFrame:
     """The one definition of the trials an analysis may use: COMPLETE, a result (not out of
     memory), within the memory budget and its constraints, finite objectives. Front,
-    hypervolume, coupling, laws, noise and every plot's points and colour scales take it
-    from here; the other trials appear in the tables only, with their state and reason."""
+    hypervolume and the plots take it from here, coupling, laws, the pair contours
+    and noise its `converged` part; the other trials appear in the tables only, with their
+    state and reason."""
     ok = trials[(trials["state"] == "COMPLETE") & (trials["outcome"] == "ok")]
     if "feasible" in ok.columns:
         ok = ok[ok["feasible"].astype(bool)]
     values = ok[list(OBJECTIVES)].astype(float)  # a study's fidelity objective: COMPLETE has it
     return ok[np.isfinite(values).all(axis=1)]
+
+
+NOT_CONVERGED = ("diverged", "degrading")  # health labels of a run whose loss never settled
+
+
+def converged(ok: pd.DataFrame) -> pd.DataFrame:
+    """The usable trials the response-surface analyses fit (coupling, laws, noise floor against
+    spread): without those whose objective labelled them `diverged` or `degrading` (the built-in
+    health monitor, or a plug-in's `tags: {health: ...}`). One such run's loss, far above the
+    rest, carries most of the variance a surrogate explains and so decides which pair looks
+    coupled; it says where training breaks (the health plots show where), not how the knobs
+    trade off. They stay in the front, the tables and every plot."""
+    if "health" not in ok.columns:
+        return ok
+    return ok[~ok["health"].astype(str).isin(NOT_CONVERGED)]
 
 
 def pareto_frame(study: Any, trials: pd.DataFrame) -> pd.DataFrame:

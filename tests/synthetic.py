@@ -57,6 +57,19 @@ def coupling_study(seed: int, *, n: int = 60, coupled: bool = True, noise: float
     return frame(x, val + rng.normal(0, noise, n))
 
 
+def with_unsettled_runs(df: pd.DataFrame, seed: int, *, k: int = 1, label: str = "degrading") -> pd.DataFrame:
+    """`k` trials turned into runs that never settled, as the health monitor labels them: val_loss
+    5-12x the study's spread above its worst value, wherever they happened to be sampled."""
+    rng = np.random.default_rng(10_000 + seed)
+    df = df.copy()
+    idx = rng.choice(len(df), k, replace=False)
+    spread = float(df["val_loss"].max() - df["val_loss"].min())
+    df["health"] = "ok"
+    df.loc[idx, "val_loss"] = df["val_loss"].max() + spread * rng.uniform(5, 12, k)
+    df.loc[idx, "health"] = label
+    return df
+
+
 FREEZE_CENTRES = {"embedding_only": -3.0, "attention_only": -2.0, "full": -1.5}
 
 

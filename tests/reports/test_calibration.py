@@ -14,9 +14,10 @@ from synthetic import (
     categorical_study,
     coupling_study,
     power_law_study,
+    with_unsettled_runs,
 )
 
-from reports import coupling_analysis, fit_power_law, front_probability, noise_floor
+from reports import converged, coupling_analysis, fit_power_law, front_probability, noise_floor
 
 STUDIES = range(20)
 TRUE_ALPHA = -0.35
@@ -37,6 +38,31 @@ def test_a_planted_coupling_with_noise_is_ranked_first_and_called_coupled():
         assert {out[0].param_a, out[0].param_b} == {"warm", "sigma"}, s
         assert out[0].verdict().startswith("coupled"), (s, out[0])
         assert all(c.verdict().startswith("no sign") for c in out[1:]), s
+
+
+def _right(out, coupled: bool) -> bool:
+    """The verdicts a planted warm x sigma coupling (or none) should get."""
+    if not coupled:
+        return not any(c.ci_low > 0.05 for c in out)
+    return ({out[0].param_a, out[0].param_b} == {"warm", "sigma"} and out[0].verdict().startswith("coupled")
+            and all(c.verdict().startswith("no sign") for c in out[1:]))
+
+
+@pytest.mark.slow
+def test_one_run_that_never_settled_does_not_decide_the_coupling():
+    """One `degrading` trial in 60, its val_loss far above the rest: kept in the fit it carries
+    most of the variance and a wrong pair is called coupled; the report's fit leaves it out."""
+    kept_right, raw_wrong = [], []
+    for s in range(6):
+        for coupled in (True, False):
+            df = with_unsettled_runs(coupling_study(s, coupled=coupled), s)
+            assert len(converged(df)) == len(df) - 1
+            kept_right.append(_right(coupling_analysis(converged(df), UNIT_SPACE, n_boot=20, seed=s), coupled))
+        if s < 4:
+            raw = with_unsettled_runs(coupling_study(s, coupled=True), s)
+            raw_wrong.append(not _right(coupling_analysis(raw, UNIT_SPACE, n_boot=20, seed=s), True))
+    assert sum(kept_right) >= 11, kept_right  # planted and null, 6 studies each (20 each above)
+    assert sum(raw_wrong) >= 3, raw_wrong  # the harm is real: fitted as they are, most go wrong
 
 
 @pytest.mark.slow

@@ -95,3 +95,31 @@ def test_an_older_study_with_placeholder_oom_values_is_read_right():
     row = frame.iloc[-1]
     assert row["outcome"] == "out_of_memory" and math.isnan(row["val_loss"])
     assert study.trials[-1].number not in set(usable(frame)["trial"])
+
+
+def test_runs_that_never_settled_stay_on_the_front_but_out_of_the_fits(tmp_path):
+    """Two COMPLETE trials the health monitor labelled `degrading` and `diverged` (val_loss far
+    above the rest; one at the lowest memory, so on the front): coupling, laws and noise equal
+    those of the study without them; the page and summary.json say which were left out."""
+    clean, study = build(False), build(False)
+    low = min(_mem(t.params) for t in clean.trials)
+    for health, loss, mem in (("degrading", 40.0, low - 5), ("diverged", 55.0, low + 20)):
+        p = {"a": 0.3, "b": 0.7, "c": 0.5, "mode": "x"}
+        study.add_trial(create_trial(values=[loss, mem], params=p, distributions=DISTS,
+                                     user_attrs={A.OUTCOME: "ok", A.HEALTH: health},
+                                     constraints={"peak_mem_mb": mem - BUDGET}))
+    rep, ref = analyse(study, n_boot=4), analyse(clean, n_boot=4)
+    unsettled = [len(clean.trials), len(clean.trials) + 1]
+    assert len(rep.usable) == len(ref.usable) + 2 and unsettled[0] in set(rep.front["trial"])
+    assert [(c.param_a, c.param_b, c.strength, c.ci_low) for c in rep.couplings] == \
+        [(c.param_a, c.param_b, c.strength, c.ci_low) for c in ref.couplings]
+    assert [(f.alpha, f.alpha_ci_low) for f in rep.laws] == [(f.alpha, f.alpha_ci_low) for f in ref.laws]
+    assert rep.summary["val_loss_spread_std"] == pytest.approx(ref.summary["val_loss_spread_std"])
+    assert rep.summary["n_fitted"] == rep.summary["n_usable"] - 2
+    assert [(d["trial"], d["health"]) for d in rep.summary["left_out_of_fits"]] == \
+        list(zip(unsettled, ["degrading", "diverged"]))
+    files = write_study_report(study, tmp_path / "out", n_boot=3)
+    page = files["index.html"].read_text()
+    assert f"left out 2 whose training did not settle: trials {unsettled[0]} (degrading, val_loss 40)" in page
+    assert ref.fit_note == "" and "did not settle" not in write_study_report(
+        clean, tmp_path / "clean", n_boot=3)["index.html"].read_text()
