@@ -118,8 +118,7 @@ def test_runs_that_never_settled_stay_on_the_front_but_out_of_the_fits(tmp_path)
     assert rep.summary["n_fitted"] == rep.summary["n_usable"] - 2
     assert [(d["trial"], d["health"]) for d in rep.summary["left_out_of_fits"]] == \
         list(zip(unsettled, ["degrading", "diverged"]))
-    files = write_study_report(study, tmp_path / "out", n_boot=3)
+    files = write_study_report(study, tmp_path / "out", n_boot=2)
     page = files["index.html"].read_text()
     assert f"left out 2 whose training did not settle: trials {unsettled[0]} (degrading, val_loss 40)" in page
-    assert ref.fit_note == "" and "did not settle" not in write_study_report(
-        clean, tmp_path / "clean", n_boot=3)["index.html"].read_text()
+    assert ref.fit_note == "" and ref.summary["left_out_of_fits"] == []
