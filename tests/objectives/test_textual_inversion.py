@@ -4,7 +4,6 @@ import pytest
 import torch
 
 from objectives import export_model, resolve_params
-from objectives._model import build_tiny
 from objectives._textual_inversion import _embeddings_module, cached_base_model, textual_inversion, train
 
 FAST = {"steps": 30, "lr": 2e-2, "batch_size": 4}
