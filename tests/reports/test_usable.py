@@ -122,3 +122,21 @@ def test_runs_that_never_settled_stay_on_the_front_but_out_of_the_fits(tmp_path)
     page = files["index.html"].read_text()
     assert f"left out 2 whose training did not settle: trials {unsettled[0]} (degrading, val_loss 40)" in page
     assert ref.fit_note == "" and ref.summary["left_out_of_fits"] == []
+
+
+def test_a_plug_in_marks_a_run_that_did_not_settle_through_its_tags():
+    """What a plug-in returns -> the trial in storage -> the fits: `tags: {health: ...}` is the
+    way in, and only `diverged` / `degrading` keep a trial out."""
+    from reports import converged
+    from sweeps._result import Kind, TrialResult, normalize, tell
+
+    study = optuna.create_study(directions=["minimize", "minimize"])
+    for health in ("degrading", "oscillating", None):
+        raw = {"val_loss": 1.0, "peak_mem_mb": 2.0, "history": {"train_loss": [3, 2]}}
+        if health:
+            raw["tags"] = {"health": health}
+        trial = study.ask({"a": DISTS["a"]})
+        tell(study, trial, TrialResult(Kind.OK, **normalize(raw)), max_mem_mb=None)
+    frame = trials_frame(study)
+    assert list(frame["health"]) == ["degrading", "oscillating", ""]
+    assert list(converged(usable(frame))["trial"]) == [1, 2]
