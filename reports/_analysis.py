@@ -142,14 +142,17 @@ def trial_sems(ok: pd.DataFrame, floor: NoiseFloor | None = None, metric: str = 
 
 
 def front_probability(ok: pd.DataFrame, trials: Sequence[int], *, objectives: Objectives = Objectives(),
-                      draws: int = 1000, seed: int = 0) -> list[float]:
+                      floors: Mapping[str, NoiseFloor] | None = None, draws: int = 1000,
+                      seed: int = 0) -> list[float]:
     """Per trial in `trials`, the probability that it is non-dominated among the usable trials
     `ok` when each trial's val_loss (and fidelity, when it is an objective) is drawn from
-    N(its mean, its sem^2) (Monte Carlo); peak memory is measured, not noisy."""
+    N(its mean, its sem^2) (Monte Carlo); peak memory is measured, not noisy. `floors`: the
+    noise floor per score for trials without replicates of their own [pooled over `ok`]."""
     if not len(trials):
         return []
     pts = objectives.minimized(ok)
-    sems = {j: trial_sems(ok, metric=name) for j, name in enumerate(objectives.names) if name != "peak_mem_mb"}
+    sems = {j: trial_sems(ok, (floors or {}).get(name), metric=name)
+            for j, name in enumerate(objectives.names) if name != "peak_mem_mb"}
     index = {int(t): i for i, t in enumerate(ok["trial"])}
     rows = [index[int(t)] for t in trials]
     if not any((s > 0).any() for s in sems.values()):

@@ -148,13 +148,15 @@ def pareto_frame(study: Any, trials: pd.DataFrame) -> pd.DataFrame:
     """The non-dominated usable trials over the study's objectives (Optuna's own Pareto
     routine), with `p_front`: the probability that the trial is non-dominated under the
     measured seed noise."""
-    from ._analysis import front_probability, pareto_mask
+    from ._analysis import front_probability, noise_floor, pareto_mask
 
     objectives = Objectives.of(study)
     ok = usable(trials)
     mask = pareto_mask(objectives.minimized(ok))
     out = ok[mask].copy()
-    out["p_front"] = front_probability(ok, out["trial"].tolist(), objectives=objectives)
+    # the study's noise floor, as the summary states it: pooled over the runs that converged
+    floors = {name: noise_floor(converged(ok), name) for name in objectives.names if name != "peak_mem_mb"}
+    out["p_front"] = front_probability(ok, out["trial"].tolist(), objectives=objectives, floors=floors)
     return out.sort_values(["peak_mem_mb", "val_loss", "trial"]).reset_index(drop=True)
 
 

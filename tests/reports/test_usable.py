@@ -99,14 +99,16 @@ def test_an_older_study_with_placeholder_oom_values_is_read_right():
 
 def test_runs_that_never_settled_stay_on_the_front_but_out_of_the_fits(tmp_path):
     """Two COMPLETE trials the health monitor labelled `degrading` and `diverged` (val_loss far
-    above the rest; one at the lowest memory, so on the front): coupling, laws and noise equal
+    above the rest, two wild seeds each; one at the lowest memory, so on the front): coupling,
+    laws and noise equal
     those of the study without them; the page and summary.json say which were left out."""
     clean, study = build(False), build(False)
     low = min(_mem(t.params) for t in clean.trials)
     for health, loss, mem in (("degrading", 40.0, low - 5), ("diverged", 55.0, low + 20)):
         p = {"a": 0.3, "b": 0.7, "c": 0.5, "mode": "x"}
         study.add_trial(create_trial(values=[loss, mem], params=p, distributions=DISTS,
-                                     user_attrs={A.OUTCOME: "ok", A.HEALTH: health},
+                                     user_attrs={A.OUTCOME: "ok", A.HEALTH: health, A.N_SEEDS: 2,
+                                                 A.VAL_LOSS_STD: 3.0, A.VAL_LOSS_SEM: 2.12},
                                      constraints={"peak_mem_mb": mem - BUDGET}))
     rep, ref = analyse(study, n_boot=4), analyse(clean, n_boot=4)
     unsettled = [len(clean.trials), len(clean.trials) + 1]
@@ -115,6 +117,10 @@ def test_runs_that_never_settled_stay_on_the_front_but_out_of_the_fits(tmp_path)
         [(c.param_a, c.param_b, c.strength, c.ci_low) for c in ref.couplings]
     assert [(f.alpha, f.alpha_ci_low) for f in rep.laws] == [(f.alpha, f.alpha_ci_low) for f in ref.laws]
     assert rep.summary["val_loss_spread_std"] == pytest.approx(ref.summary["val_loss_spread_std"])
+    # their replicates' wild spread is not the study's seed noise: none is measured among the rest,
+    # so the other front trials stay certain
+    assert rep.summary["noise_floor_std"] is None
+    assert (rep.front.loc[~rep.front["trial"].isin(unsettled), "p_front"] == 1.0).all()
     assert rep.summary["n_fitted"] == rep.summary["n_usable"] - 2
     assert [(d["trial"], d["health"]) for d in rep.summary["left_out_of_fits"]] == \
         list(zip(unsettled, ["degrading", "diverged"]))
