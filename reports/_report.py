@@ -54,7 +54,7 @@ class StudyReport:
     laws: list[Any] = field(default_factory=list)
     hv_history: pd.DataFrame | None = None
     params: list[str] = field(default_factory=list)
-    usable: pd.DataFrame | None = None  # the trials the front and every plot use (reports.usable)
+    usable: pd.DataFrame | None = None  # the trials of the front and the plots (reports.usable)
     noise: Any = None
     sentences: list[str] = field(default_factory=list)  # what the numbers say, for the page
     objectives: Objectives = field(default_factory=Objectives)

@@ -133,12 +133,12 @@ NOT_CONVERGED = ("diverged", "degrading")  # health labels of a run whose loss n
 
 
 def converged(ok: pd.DataFrame) -> pd.DataFrame:
-    """The usable trials the response-surface analyses fit (coupling, laws, noise floor against
-    spread): without those whose objective labelled them `diverged` or `degrading` (the built-in
+    """The usable trials the response-surface analyses fit (coupling, laws, pair contours, noise
+    floor against spread): without those whose objective labelled them `diverged` or `degrading` (the built-in
     health monitor, or a plug-in's `tags: {health: ...}`). One such run's loss, far above the
     rest, carries most of the variance a surrogate explains and so decides which pair looks
     coupled; it says where training breaks (the health plots show where), not how the knobs
-    trade off. They stay in the front, the tables and every plot."""
+    trade off. They stay in the front, the tables and every plot but the pair contours."""
     if "health" not in ok.columns:
         return ok
     return ok[~ok["health"].astype(str).isin(NOT_CONVERGED)]

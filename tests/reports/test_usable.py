@@ -100,8 +100,8 @@ def test_an_older_study_with_placeholder_oom_values_is_read_right():
 def test_runs_that_never_settled_stay_on_the_front_but_out_of_the_fits(tmp_path):
     """Two COMPLETE trials the health monitor labelled `degrading` and `diverged` (val_loss far
     above the rest, two wild seeds each; one at the lowest memory, so on the front): coupling,
-    laws and noise equal
-    those of the study without them; the page and summary.json say which were left out."""
+    laws and noise equal those of the study without them; the page and summary.json say which
+    were left out."""
     clean, study = build(False), build(False)
     low = min(_mem(t.params) for t in clean.trials)
     for health, loss, mem in (("degrading", 40.0, low - 5), ("diverged", 55.0, low + 20)):
