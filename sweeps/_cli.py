@@ -140,6 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--tracking-uri")
     ui.add_argument("--host", default="127.0.0.1")
     ui.add_argument("--port", type=int, default=5000)
+    ui.add_argument("--workers", type=_positive_int("--workers"), default=1,
+                    help="MLflow server processes [1: one person browsing]")
 
     pull = sub.add_parser("pull", help="write a trial's learned embeddings and LoRA where diffusers loads them")
     pull.add_argument("study")
@@ -581,14 +583,17 @@ def cmd_ui(a: argparse.Namespace) -> int:
     if a.tracking_uri is None and not (workdir / "mlflow.db").is_file():
         raise UsageError(f"--workdir {str(workdir)!r}: no mlflow.db there (run a sweep first)")
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking,
-           "--host", a.host, "--port", str(a.port)]
+           "--host", a.host, "--port", str(a.port), "--workers", str(a.workers)]
     if a.tracking_uri is None:
         cmd += ["--default-artifact-root", (workdir / "mlartifacts").resolve().as_uri()]
     import socket
     import subprocess
     import time
 
-    proc = subprocess.Popen(cmd)
+    # browsing training runs needs none of MLflow 3's GenAI job runners (a job process and a
+    # pool of consumers, each importing MLflow: most of the UI's start-up); a user's own setting wins
+    env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
+    proc = subprocess.Popen(cmd, env=env)
     # say where it is once it accepts connections (MLflow takes half a minute to start here)
     while proc.poll() is None:
         try:

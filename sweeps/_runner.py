@@ -175,7 +175,8 @@ def run_sweep(cfg: RunConfig) -> Outcome:
     from objectives import get_objective
 
     target = get_objective(cfg.objective).target
-    pool = RayPool(cfg.workers, options, target, cfg.builtin, cfg.model, data, cfg.health, cfg.samples, int(cpus))
+    pool = RayPool(cfg.workers, options, target, cfg.builtin, cfg.model, data, cfg.health, cfg.samples, int(cpus),
+                   () if cluster else (os.getcwd(),))
     bar = _progress(cfg)
     stop = threading.Event()
     driver = Driver(

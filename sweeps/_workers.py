@@ -85,7 +85,11 @@ class TrialWorker:
 
     def __init__(self, objective: str, builtin: bool, model: str, data: Any,
                  health: Mapping[str, Any] | None = None, samples: Mapping[str, Any] | None = None,
-                 threads: int = 1) -> None:
+                 threads: int = 1, import_from: Sequence[str] = ()) -> None:
+        # a plug-in module is imported from the sweep's working directory first: Ray hands a
+        # worker the sys.path its driver had when Ray started, which in a process that runs
+        # several sweeps (a notebook) may be an earlier sweep's directory
+        sys.path[:0] = list(import_from)
         self.objective, self.builtin, self.model = objective, builtin, model
         self.data = data if data is None or isinstance(data, str) else unpack_folder(data)
         self.health = dict(health or {})

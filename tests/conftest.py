@@ -7,6 +7,20 @@ from pathlib import Path
 
 import pytest
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # test processes share the cores: torch's default of one thread per core in each makes its
+    # threads spin against the others' (several times slower, not faster)
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(
+        1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1))))
+
+
+def pytest_collection_modifyitems(config, items):
+    """With several test processes (-n): the long tests first, so that none of them starts last
+    while the other processes have run out of work; the real sweeps first among them."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: (item.get_closest_marker("slow") is None,
+                                     "tests/sweeps/" not in item.nodeid.replace("\\", "/")))
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -22,6 +36,15 @@ def run_cli(*args: str, cwd: Path, timeout: float = 600, env: dict | None = None
 @pytest.fixture(scope="session")
 def cli():
     return run_cli
+
+
+@pytest.fixture
+def csweep(analytic_project: Path, monkeypatch, capsys):
+    """`csweep ARGS` run by `sweeps.main` in this test process, in the analytic project
+    (helpers.in_process): returncode, stdout, stderr, as `cli` gives them."""
+    from helpers import in_process
+
+    return in_process(analytic_project, monkeypatch, capsys)
 
 
 ANALYTIC_OBJECTIVE = '''

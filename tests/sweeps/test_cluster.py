@@ -83,7 +83,9 @@ def mlflow_server(tmp_path):
            "--workers", "1"]
 
     def start() -> subprocess.Popen:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        # the GenAI job runners (a job process and a pool of consumers) are not what this serves
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
         deadline = time.time() + 90
         while True:
             try:

@@ -1,7 +1,9 @@
 """Faults on real Ray workers and real processes, as smoke tests: nothing lost, every finished
-trial is in storage and MLflow, counts are exact. The scheduling cases (a worker dying with a
-trial queued behind it, retries exhausted, Ctrl-C between ask and tell, the last trials not
-queued) run in milliseconds against a fake pool in test_driver.py."""
+trial is in storage and MLflow, counts are exact. The driver that is killed or interrupted is a
+`csweep` process of its own; the other sweeps run `sweeps.main` in the test process (the
+`csweep` fixture) on real Ray workers. The scheduling cases (a worker dying with a trial queued
+behind it, retries exhausted, Ctrl-C between ask and tell, the last trials not queued) run in
+milliseconds against a fake pool in test_driver.py."""
 
 from __future__ import annotations
 
@@ -66,7 +68,7 @@ def _kill_driver(proc: subprocess.Popen) -> None:
     proc.wait(timeout=30)
 
 
-def _run_killing_one_worker(project: Path, cli, *extra: str):
+def _run_killing_one_worker(project: Path, csweep, *extra: str):
     """Run 4 slow trials on 2 workers; SIGKILL the first worker process that starts a trial."""
     pids = project / "pids"
     pids.mkdir()
@@ -83,15 +85,15 @@ def _run_killing_one_worker(project: Path, cli, *extra: str):
 
     thread = threading.Thread(target=killer)
     thread.start()
-    res = cli("run", "analytic.yaml", "--trials", "4", "--workers", "2", "--set", f"pid_dir={pids}",
-              "--set", "sleep=2", "--no-progress", *extra, cwd=project)
+    res = csweep("run", "analytic.yaml", "--trials", "4", "--workers", "2", "--set", f"pid_dir={pids}",
+                 "--set", "sleep=2", "--no-progress", *extra)
     thread.join()
     assert killed, "no worker was killed"
     return res
 
 
-def test_worker_killed_mid_trial_is_retried(analytic_project, cli):
-    res = _run_killing_one_worker(analytic_project, cli)
+def test_worker_killed_mid_trial_is_retried(analytic_project, csweep):
+    res = _run_killing_one_worker(analytic_project, csweep)
     assert res.returncode == 0, res.stderr
     study, client = load(analytic_project)
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 4
@@ -102,7 +104,7 @@ def test_worker_killed_mid_trial_is_retried(analytic_project, cli):
     assert {r.info.status for r in children} == {"FINISHED"}
 
 
-def test_driver_killed_then_resume_finishes_exactly(analytic_project, cli):
+def test_driver_killed_then_resume_finishes_exactly(analytic_project, csweep):
     proc = _popen(analytic_project, "run", "analytic.yaml", "--trials", "6", "--workers", "2",
                   "--set", "sleep=1.5", "--no-progress")
     _wait_for(lambda: _states(analytic_project).get("COMPLETE", 0) >= 2
@@ -110,7 +112,7 @@ def test_driver_killed_then_resume_finishes_exactly(analytic_project, cli):
     _kill_driver(proc)
     before = _states(analytic_project)
     assert before.get("RUNNING", 0) >= 1
-    res = cli("resume", "analytic", "--workers", "2", "--no-progress", cwd=analytic_project)
+    res = csweep("resume", "analytic", "--workers", "2", "--no-progress")
     assert res.returncode == 0, res.stderr
     study, client = load(analytic_project)
     states = pd.Series([t.state.name for t in study.trials]).value_counts().to_dict()
@@ -130,7 +132,7 @@ def test_driver_killed_then_resume_finishes_exactly(analytic_project, cli):
             assert client.get_run(t.user_attrs["mlflow_run_id"]).info.status == "FINISHED"
 
 
-def test_ctrl_c_stops_cleanly_and_resume_continues(analytic_project, cli):
+def test_ctrl_c_stops_cleanly_and_resume_continues(analytic_project, csweep):
     proc = _popen(analytic_project, "run", "analytic.yaml", "--trials", "6", "--workers", "2",
                   "--set", "sleep=2", "--no-progress")
     _wait_for(lambda: _states(analytic_project).get("COMPLETE", 0) >= 1)
@@ -142,14 +144,14 @@ def test_ctrl_c_stops_cleanly_and_resume_continues(analytic_project, cli):
     assert "csweep resume analytic" in out
     assert "RUNNING" not in _states(analytic_project)
     assert (analytic_project / "csweep_runs/reports/analytic/pareto.csv").is_file()
-    res = cli("resume", "analytic", "--workers", "2", "--no-progress", cwd=analytic_project)
+    res = csweep("resume", "analytic", "--workers", "2", "--no-progress")
     assert res.returncode == 0, res.stderr
     assert _states(analytic_project).get("COMPLETE") == 6
 
 
-def test_out_of_memory_and_over_budget_trials_are_kept_out_of_the_analysis(analytic_project, cli):
-    res = cli("run", "analytic.yaml", "--trials", "8", "--workers", "2", "--set", "oom_above=0.7",
-              "--max-mem-mb", "60", "--sampler", "random", "--seed", "4", "--no-progress", cwd=analytic_project)
+def test_out_of_memory_and_over_budget_trials_are_kept_out_of_the_analysis(analytic_project, csweep):
+    res = csweep("run", "analytic.yaml", "--trials", "8", "--workers", "2", "--set", "oom_above=0.7",
+                 "--max-mem-mb", "60", "--sampler", "random", "--seed", "4", "--no-progress")
     assert res.returncode == 0, res.stderr
     assert "out of memory" in res.stdout  # the end-of-run line counts them
     study, client = load(analytic_project)
@@ -170,9 +172,9 @@ def test_out_of_memory_and_over_budget_trials_are_kept_out_of_the_analysis(analy
     assert front["feasible"].all() and (front["peak_mem_mb"] <= 60).all()
 
 
-def test_a_sweep_whose_trials_keep_failing_stops_with_a_message(analytic_project, cli):
-    res = cli("run", "analytic.yaml", "--trials", "20", "--workers", "2", "--set", "fail_above=-1",
-              "--no-progress", cwd=analytic_project)
+def test_a_sweep_whose_trials_keep_failing_stops_with_a_message(analytic_project, csweep):
+    res = csweep("run", "analytic.yaml", "--trials", "20", "--workers", "2", "--set", "fail_above=-1",
+                 "--no-progress")
     assert res.returncode == 1
     assert "more than 50%" in res.stderr and "--max-fail-share" in res.stderr
     study, _ = load(analytic_project)

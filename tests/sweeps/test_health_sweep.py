@@ -11,7 +11,7 @@ from mlflow.tracking import MlflowClient
 
 from sweeps import main
 
-pytestmark = pytest.mark.slow  # starts Ray and runs real sweeps
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("one_ray")]  # starts Ray and runs real sweeps
 
 SPACE = """
 name: blowup

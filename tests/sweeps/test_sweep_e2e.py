@@ -13,6 +13,8 @@ from mlflow.tracking import MlflowClient
 from helpers import load
 
 pytestmark = pytest.mark.slow  # starts Ray and runs real sweeps
+# the tests that read one module-wide sweep run in one test process (-n: --dist loadgroup)
+SAME_SWEEP = pytest.mark.xdist_group("tiny_sweep")
 
 STEPS = 8
 
@@ -46,6 +48,7 @@ def tiny_sweep(tmp_path_factory, cli):
     return cwd, first, second, storage, tracking, snapshot
 
 
+@SAME_SWEEP
 def test_run_completes_and_says_where_results_are(tiny_sweep):
     cwd, first, second, *_ = tiny_sweep
     assert first.returncode == 0, first.stderr
@@ -55,6 +58,7 @@ def test_run_completes_and_says_where_results_are(tiny_sweep):
     assert "csweep ui --workdir csweep_runs" in first.stdout
 
 
+@SAME_SWEEP
 def test_storage_holds_every_trial_with_run_ids_and_nodes(tiny_sweep):
     _, _, _, storage, _, snapshot = tiny_sweep
     study = optuna.load_study(study_name="warmup_init", storage=storage)
@@ -70,6 +74,7 @@ def test_storage_holds_every_trial_with_run_ids_and_nodes(tiny_sweep):
     assert study.user_attrs["mlflow_parent_run_id"] == snapshot["parent"]
 
 
+@SAME_SWEEP
 def test_mlflow_parent_and_nested_children(tiny_sweep):
     _, _, _, storage, tracking, _ = tiny_sweep
     client = MlflowClient(tracking_uri=tracking)
@@ -104,6 +109,7 @@ def test_mlflow_parent_and_nested_children(tiny_sweep):
             "reports/summary.json", "reports/coupling.csv", "reports/scaling.csv"} <= parent_files
 
 
+@SAME_SWEEP
 def test_every_trial_draws_samples_seen_in_mlflow_and_the_report(tiny_sweep):
     cwd, _, _, storage, tracking, _ = tiny_sweep
     client = MlflowClient(tracking_uri=tracking)
@@ -133,23 +139,27 @@ def test_every_trial_draws_samples_seen_in_mlflow_and_the_report(tiny_sweep):
     assert front["fidelity"].between(-1, 1).all() and "fidelity " in page
 
 
-def test_pull_writes_what_diffusers_loads(tiny_sweep, cli, tmp_path):
+@SAME_SWEEP
+def test_pull_writes_what_diffusers_loads(tiny_sweep, tmp_path, monkeypatch, capsys):
     """`csweep pull` a trial (and the front), then a fresh process loads it into the pipeline."""
     import subprocess
     import sys
 
+    from helpers import in_process
+
     cwd, *_ = tiny_sweep
-    res = cli("pull", "warmup_init", "--trial", "1", str(tmp_path / "t1"), cwd=cwd)
+    cli = in_process(cwd, monkeypatch, capsys)
+    res = cli("pull", "warmup_init", "--trial", "1", str(tmp_path / "t1"))
     assert res.returncode == 0, res.stderr
     assert "pipe.load_textual_inversion(" in res.stdout and "pipe.load_lora_weights(" in res.stdout
     assert {p.name for p in (tmp_path / "t1").iterdir()} == {"concepts", "pytorch_lora_weights.safetensors",
                                                                 "config.yaml"}
     assert "lora_rank: 2" in (tmp_path / "t1/config.yaml").read_text()
-    res = cli("pull", "warmup_init", "--front", str(tmp_path / "front"), cwd=cwd)
+    res = cli("pull", "warmup_init", "--front", str(tmp_path / "front"))
     assert res.returncode == 0, res.stderr
     front = pd.read_csv(cwd / "csweep_runs/reports/warmup_init/pareto.csv")
     assert {p.name for p in (tmp_path / "front").iterdir()} == {f"trial-{int(n)}" for n in front["trial"]}
-    assert cli("export-model", "tiny", str(tmp_path / "model"), cwd=cwd).returncode == 0
+    assert cli("export-model", "tiny", str(tmp_path / "model")).returncode == 0
     lines = [ln.strip() for ln in res.stdout.splitlines() if ln.strip().startswith("pipe.")][:4]
     code = (
         "import sys, diffusers, safetensors.torch\n"
@@ -162,15 +172,17 @@ def test_pull_writes_what_diffusers_loads(tiny_sweep, cli, tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "LOADED" in out.stdout, out.stderr[-2000:]
     # bad input: a trial that is not there
-    res = cli("pull", "warmup_init", "--trial", "99", str(tmp_path / "none"), cwd=cwd)
+    res = cli("pull", "warmup_init", "--trial", "99", str(tmp_path / "none"))
     assert res.returncode == 2 and "no completed trial 99" in res.stderr and not (tmp_path / "none").exists()
 
 
+@SAME_SWEEP
 def test_nothing_waits_for_sync_when_mlflow_was_up(tiny_sweep):
     cwd, *_ = tiny_sweep
     assert not (cwd / "csweep_runs/pending_mlflow").exists()
 
 
+@SAME_SWEEP
 def test_pareto_csv_is_exactly_the_non_dominated_trials(tiny_sweep):
     cwd, *_ = tiny_sweep
     out = cwd / "csweep_runs/reports/warmup_init"
@@ -188,6 +200,7 @@ def test_pareto_csv_is_exactly_the_non_dominated_trials(tiny_sweep):
     assert summary["hypervolume"] > 0
 
 
+@SAME_SWEEP
 def test_report_command_rewrites_from_storage(tiny_sweep, cli):
     cwd, *_ = tiny_sweep
     out = cwd / "csweep_runs/reports/warmup_init"
@@ -200,10 +213,9 @@ def test_report_command_rewrites_from_storage(tiny_sweep, cli):
     assert len(pd.read_csv(out / "trials.csv")) == 6
 
 
-def test_plugin_objective_failures_do_not_stop_the_sweep(analytic_project, cli):
-    res = cli("run", "analytic.yaml", "--trials", "6", "--workers", "2", "--set", "fail_above=0.5",
-              "--max-fail-share", "1",
-              "--sampler", "random", "--seed", "0", "--no-progress", cwd=analytic_project)
+def test_plugin_objective_failures_do_not_stop_the_sweep(analytic_project, csweep):
+    res = csweep("run", "analytic.yaml", "--trials", "6", "--workers", "2", "--set", "fail_above=0.5",
+                 "--max-fail-share", "1", "--sampler", "random", "--seed", "0", "--no-progress")
     assert res.returncode == 0, res.stderr
     study = optuna.load_study(study_name="analytic",
                               storage=f"sqlite:///{analytic_project / 'csweep_runs/optuna.db'}")
@@ -232,6 +244,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@SAME_SWEEP
 def test_ui_serves_the_study_on_loopback(tiny_sweep):
     import os
     import signal
@@ -307,11 +320,11 @@ def test_ui_serves_the_study_on_loopback(tiny_sweep):
         proc.wait(timeout=30)
 
 
-def test_seed_replicates_and_rerun_front(analytic_project, cli):
+def test_seed_replicates_and_rerun_front(analytic_project, csweep):
     seeds = analytic_project / "seeds"
     seeds.mkdir()
-    res = cli("run", "analytic.yaml", "--trials", "5", "--workers", "2", "--seeds", "2", "--set", "noise=0.01",
-              "--set", f"seeds_dir={seeds}", "--no-progress", cwd=analytic_project)
+    res = csweep("run", "analytic.yaml", "--trials", "5", "--workers", "2", "--seeds", "2", "--set", "noise=0.01",
+                 "--set", f"seeds_dir={seeds}", "--no-progress")
     assert res.returncode == 0, res.stderr
     study, client = load(analytic_project)
     for t in study.trials:
@@ -329,7 +342,7 @@ def test_seed_replicates_and_rerun_front(analytic_project, cli):
     front = pd.read_csv(analytic_project / "csweep_runs/reports/analytic/pareto.csv")
     assert front["p_front"].between(0, 1).all() and front["val_loss_sem"].notna().all()
     # the front re-trained with 3 fresh seeds: new trials, same configs, seeds none used before
-    res = cli("rerun-front", "analytic", "--seeds", "3", "--workers", "2", "--no-progress", cwd=analytic_project)
+    res = csweep("rerun-front", "analytic", "--seeds", "3", "--workers", "2", "--no-progress")
     assert res.returncode == 0, res.stderr
     study, _ = load(analytic_project)
     new = study.trials[5:]
@@ -343,3 +356,22 @@ def test_seed_replicates_and_rerun_front(analytic_project, cli):
     table = pd.read_csv(analytic_project / "csweep_runs/reports/analytic/trials.csv")
     assert table["rerun_of"].iloc[5:].astype(int).tolist() == [t.user_attrs["rerun_of"] for t in new]
     assert table["rerun_of"].iloc[:5].isna().all()
+
+
+def test_sweeps_run_one_after_another_in_one_process_each_use_their_own_plug_in(tmp_path, monkeypatch, capsys):
+    """As from a notebook: a second sweep, from another directory, in the process whose Ray the
+    first one started; its workers import the plug-in module of its own directory."""
+    from helpers import in_process
+
+    for offset, name in ((0, "first"), (10, "second")):
+        project = tmp_path / name
+        project.mkdir()
+        (project / "userobj.py").write_text(
+            f"def objective(params):\n    return {{'val_loss': {offset} + params['x'], 'peak_mem_mb': 1.0}}\n")
+        (project / "analytic.yaml").write_text(
+            "name: analytic\nobjective: userobj:objective\nparams:\n  x: {type: float, low: 0.0, high: 1.0}\n")
+        res = in_process(project, monkeypatch, capsys)("run", "analytic.yaml", "--trials", "2", "--no-progress")
+        assert res.returncode == 0, res.stderr
+        study, _ = load(project)
+        assert [t.state.name for t in study.trials] == ["COMPLETE"] * 2
+        assert all(offset <= t.values[0] <= offset + 1 for t in study.trials), [t.values for t in study.trials]
