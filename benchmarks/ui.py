@@ -1,9 +1,10 @@
 """`csweep ui` from the command to the study's link, for two revisions of csweep side by side.
 
 A workdir with one study's MLflow store (an experiment and a run, no sweep needed); `csweep ui`
-is started on a free port and timed until it prints the study's link (the server accepts
-connections and the links are read from it); then its process group is stopped. Prints each
-round's time and how many processes the UI ran, the medians and their ratio. The revisions run
+is started on a free port and timed until its server answers a request for the study; then,
+40 s after the start, the CPU time its processes have used and how many there are (MLflow goes
+on starting worker and job processes after it first answers); then its process group is
+stopped. Prints each round's figures, the medians and their ratios. The revisions run
 alternately, ROUNDS times each, so that the machine's load falls on both alike.
 
 Run from the repository root: python benchmarks/ui.py [OLD [NEW]] [--rounds 3]
@@ -20,10 +21,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import psutil
 from compare_revisions import interleaved, revision_args, revision_trees
+
+SETTLE = 40.0  # seconds after the start at which the UI's processes and CPU time are read
 
 
 def _free_port() -> int:
@@ -32,22 +36,46 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def measure(tree: Path, workdir: Path) -> tuple[float, int]:
-    env = {"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp")}
+def _cpu_seconds(proc: psutil.Process) -> float:
+    total = 0.0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def measure(tree: Path, workdir: Path) -> tuple[float, float, int]:
+    # the user's environment as it is (MLflow looks for its job runner's tools on PATH)
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env.pop("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", None)
+    port = _free_port()
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "sweeps", "ui", "--workdir", str(workdir), "--port",
-                             str(_free_port())], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env=env, start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-m", "sweeps", "ui", "--workdir", str(workdir), "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True,
+                            cwd=workdir.parent)  # not the repository root: `-m` would import its sweeps/
+    tree_proc = psutil.Process(proc.pid)
     try:
-        while "bench:" not in (line := proc.stdout.readline()):
-            if not line and proc.poll() is not None:
-                raise SystemExit(f"{tree}: csweep ui ended with {proc.returncode}")
+        while True:  # the UI answers a real request: the study's runs
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/get-by-name"
+                                            "?experiment_name=bench", timeout=5) as r:
+                    r.read()
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    raise SystemExit(f"{tree}: csweep ui ended with {proc.returncode}")
+                time.sleep(0.2)
         seconds = time.perf_counter() - started
-        processes = 1 + len(psutil.Process(proc.pid).children(recursive=True))
+        time.sleep(max(0.0, SETTLE - (time.perf_counter() - started)))  # what it goes on starting
+        cpu = _cpu_seconds(tree_proc)
+        processes = 1 + len(tree_proc.children(recursive=True))
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=60)
-    return seconds, processes
+    return seconds, cpu, processes
 
 
 def main() -> None:
@@ -60,12 +88,14 @@ def main() -> None:
     client.create_run(client.create_experiment("bench"))
     with revision_trees(args.old, args.new, "csweep-ui-trees-") as trees:
         results = interleaved(trees, args.rounds, lambda tree: measure(tree, workdir),
-                              lambda r: f"{r[0]:.1f} s to the study's link, {r[1]} processes")
-    med = {name: statistics.median(s for s, _ in v) for name, v in results.items()}
-    for name, m in med.items():
-        print(f"{name:14s} median {m:.1f} s from `csweep ui` to the study's link")
-    old, new = list(med)
-    print(f"{new} / {old} = {med[new] / med[old]:.2f}")
+                              lambda r: f"{r[0]:.1f} s to the first answer; after {SETTLE:.0f} s: {r[2]} processes, "
+                                        f"{r[1]:.1f} CPU-s")
+    for i, what in ((0, "s from `csweep ui` to the first answer"), (1, f"CPU-s in the first {SETTLE:.0f} s")):
+        med = {name: statistics.median(r[i] for r in v) for name, v in results.items()}
+        for name, m in med.items():
+            print(f"{name:14s} median {m:.1f} {what}")
+        old, new = list(med)
+        print(f"{new} / {old} = {med[new] / med[old]:.2f}")
 
 
 if __name__ == "__main__":
