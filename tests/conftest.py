@@ -15,11 +15,12 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 
 def pytest_collection_modifyitems(config, items):
-    """With several test processes (-n): the long tests first, so that none of them starts last
-    while the other processes have run out of work; the real sweeps first among them."""
+    """With several test processes (-n): the modules with long tests first, so that none of them
+    starts last while the other processes have run out of work, the real sweeps first among
+    them; a module's tests stay together (its module-wide fixtures are built once)."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        items.sort(key=lambda item: (item.get_closest_marker("slow") is None,
-                                     "tests/sweeps/" not in item.nodeid.replace("\\", "/")))
+        slow = {item.path for item in items if item.get_closest_marker("slow")}
+        items.sort(key=lambda item: (item.path not in slow, "sweeps" not in item.path.parts))
 
 ROOT = Path(__file__).resolve().parents[1]
 

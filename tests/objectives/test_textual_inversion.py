@@ -7,6 +7,8 @@ from objectives import export_model, resolve_params
 from objectives._textual_inversion import _embeddings_module, cached_base_model, textual_inversion, train
 
 FAST = {"steps": 30, "lr": 2e-2, "batch_size": 4}
+# one test process (-n: --dist loadgroup) runs this module, so that `trained` is trained once
+pytestmark = pytest.mark.xdist_group("trained")
 
 
 def with_embeddings(params, **kw):

@@ -103,7 +103,7 @@ def mlflow_server(tmp_path):
             p.wait(timeout=30)
 
 
-def test_mlflow_outage_then_sync_backfills_idempotently(analytic_project, mlflow_server, cli):
+def test_mlflow_outage_then_sync_backfills_idempotently(analytic_project, mlflow_server, cli, csweep, monkeypatch):
     url, start = mlflow_server
     down = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "3"}
     res = cli("run", "analytic.yaml", "--trials", "4", "--workers", "2", "--tracking-uri", url,
@@ -114,12 +114,13 @@ def test_mlflow_outage_then_sync_backfills_idempotently(analytic_project, mlflow
                               storage=f"sqlite:///{analytic_project / 'csweep_runs/optuna.db'}")
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 4  # storage is the source of truth
     start()
-    # once it is up, a loaded machine can take seconds to answer its first requests: no 3 s limit
-    env = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "120"}
-    first = cli("sync", "analytic", "--tracking-uri", url, cwd=analytic_project, env=env)
+    # once it is up, a loaded machine can take seconds to answer its first requests: no 3 s limit;
+    # the commands from here on run in this process (the csweep fixture)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "120")
+    first = csweep("sync", "analytic", "--tracking-uri", url)
     assert first.returncode == 0, first.stderr
     assert "4 runs created" in first.stdout
-    again = cli("sync", "analytic", "--tracking-uri", url, cwd=analytic_project, env=env)
+    again = csweep("sync", "analytic", "--tracking-uri", url)
     assert "0 runs created, 0 back-filled, 4 already in MLflow" in again.stdout
     client = MlflowClient(tracking_uri=url)
     exp = client.get_experiment_by_name("analytic")
@@ -133,8 +134,7 @@ def test_mlflow_outage_then_sync_backfills_idempotently(analytic_project, mlflow
         assert run.data.metrics["val_loss"] == pytest.approx(t.values[0])
         assert len(client.get_metric_history(run.info.run_id, "val_loss")) == 1
     # and with the server up, a sweep logs to it over HTTP directly
-    res = cli("run", "analytic.yaml", "--trials", "2", "--tracking-uri", url, "--no-progress",
-              cwd=analytic_project, env=env)
+    res = csweep("run", "analytic.yaml", "--trials", "2", "--tracking-uri", url, "--no-progress")
     assert res.returncode == 0 and "unreachable" not in res.stderr
     children = [r for r in client.search_runs([exp.experiment_id]) if "mlflow.parentRunId" in r.data.tags]
     assert len(children) == 6
