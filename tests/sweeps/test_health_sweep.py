@@ -11,7 +11,7 @@ from mlflow.tracking import MlflowClient
 
 from sweeps import main
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("one_ray")]  # starts Ray and runs real sweeps
+pytestmark = pytest.mark.slow  # runs real sweeps on the Ray of this test process (helpers.in_process)
 
 SPACE = """
 name: blowup
@@ -20,14 +20,6 @@ params:
 fixed:
   steps: 60
 """
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_ray_for_all():
-    yield
-    import ray
-
-    ray.shutdown()
 
 
 @pytest.mark.parametrize("early_stop", [True, False])
