@@ -594,7 +594,7 @@ def cmd_ui(a: argparse.Namespace) -> int:
     # pool of consumers, each importing MLflow: most of the UI's start-up); a user's own setting wins
     env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
     proc = subprocess.Popen(cmd, env=env)
-    # say where it is once it accepts connections (MLflow takes half a minute to start here)
+    # say where it is once it accepts connections (seconds: MLflow imports itself first)
     while proc.poll() is None:
         try:
             with socket.create_connection((a.host, a.port), timeout=1):

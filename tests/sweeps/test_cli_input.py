@@ -45,6 +45,7 @@ BAD = [
     ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--set", "init_from=dog"], ["init_from must be 'random' or 'word:WORD'"]),
     ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--set", "init_std=0.1"], ["init_std", "sampled"]),
     ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--workers", "0"], ["--workers", ">= 1"]),
+    ({}, ["ui", "--workers", "0"], ["--workers", ">= 1"]),
     ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--data", "missing_dir"], ["--data", "not a directory"]),
     ({"s.yaml": GOOD_SPACE, "empty/readme.txt": "x"}, ["run", "s.yaml", "--data", "empty"],
      ["--data", "no .png/.jpg"]),
