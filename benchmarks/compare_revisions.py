@@ -88,6 +88,15 @@ def interleaved(trees: dict[str, Path], rounds: int, measure: Callable[[Path], T
     return results
 
 
+def print_medians(results: dict[str, list[float]], what: str) -> None:
+    """Each revision's median of `results` (one figure per round), then NEW / OLD."""
+    med = {name: statistics.median(v) for name, v in results.items()}
+    for name, m in med.items():
+        print(f"{name:14s} median {m:.1f} {what}")
+    old, new = list(med)
+    print(f"{new} / {old} = {med[new] / med[old]:.2f}")
+
+
 def main() -> None:
     ap = revision_args(3, __doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=60)

@@ -14,14 +14,13 @@ Run from the repository root: python benchmarks/startup.py [OLD [NEW]] [--rounds
 from __future__ import annotations
 
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from compare_revisions import ROOT, interleaved, revision_args, revision_trees
+from compare_revisions import ROOT, interleaved, print_medians, revision_args, revision_trees
 
 SPACE = """name: startup
 objective: sleep_objective:objective
@@ -52,11 +51,7 @@ def main() -> None:
     shutil.copy(ROOT / "benchmarks" / "sleep_objective.py", project / "sleep_objective.py")
     with revision_trees(args.old, args.new, "csweep-startup-trees-") as trees:
         results = interleaved(trees, args.rounds, lambda tree: measure(tree, project), lambda s: f"{s:.1f} s")
-    med = {name: statistics.median(v) for name, v in results.items()}
-    for name, m in med.items():
-        print(f"{name:14s} median {m:.1f} s for a 2-trial sweep, start to exit")
-    old, new = list(med)
-    print(f"{new} / {old} = {med[new] / med[old]:.2f}")
+    print_medians(results, "s for a 2-trial sweep, start to exit")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,7 @@ import urllib.request
 from pathlib import Path
 
 import psutil
-from compare_revisions import interleaved, revision_args, revision_trees
+from compare_revisions import interleaved, print_medians, revision_args, revision_trees
 
 SETTLE = 40.0  # seconds after the start at which the UI's processes and CPU time are read
 
@@ -91,11 +90,7 @@ def main() -> None:
                               lambda r: f"{r[0]:.1f} s to the first answer; after {SETTLE:.0f} s: {r[2]} processes, "
                                         f"{r[1]:.1f} CPU-s")
     for i, what in ((0, "s from `csweep ui` to the first answer"), (1, f"CPU-s in the first {SETTLE:.0f} s")):
-        med = {name: statistics.median(r[i] for r in v) for name, v in results.items()}
-        for name, m in med.items():
-            print(f"{name:14s} median {m:.1f} {what}")
-        old, new = list(med)
-        print(f"{new} / {old} = {med[new] / med[old]:.2f}")
+        print_medians({name: [r[i] for r in v] for name, v in results.items()}, what)
 
 
 if __name__ == "__main__":

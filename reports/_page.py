@@ -54,7 +54,7 @@ def render_page(rep: Any, *, images: Mapping[str, Path], figure: Any, tracking_u
         f"<div class='card'>hypervolume<b>{hv}</b></div></div>",
         f"<p class='muted'>Hypervolume reference point ({esc(s['reference_point_rule'])}): [{ref}].</p>",
         f"<p>Training health: {health}.</p>" if health else "",
-        "<h2>Seed noise</h2>", "".join(f"<p>{esc(x)}</p>" for x in getattr(rep, "sentences", [])),
+        "<h2>Seed noise</h2>", "".join(f"<p>{esc(x)}</p>" for x in rep.sentences),
         "<h2>Pareto front</h2>",
         _img(images["Pareto front"], "Pareto front") if "Pareto front" in images else "",
         "<h3>Interactive</h3>",
@@ -66,7 +66,7 @@ def render_page(rep: Any, *, images: Mapping[str, Path], figure: Any, tracking_u
         "(second-order functional ANOVA term on a Gaussian-process surrogate of the usable trials that "
         "converged, categorical knobs one-hot, 95% bootstrap interval), strongest first. For a categorical knob "
         "against a numeric one, the numeric knob's best value per level.</p>",
-        f"<p class='left-out'>{esc(rep.fit_note)}</p>" if getattr(rep, "fit_note", "") else "",
+        f"<p class='left-out'>{esc(rep.fit_note)}</p>" if rep.fit_note else "",
         f"<ul>{couplings}</ul>",
         f"<div class='scroll'>{html_table(coupling_frame(rep.couplings))}</div>" if rep.couplings else "",
         "<h2>Fitted laws</h2>", f"<ul>{laws}</ul>",
