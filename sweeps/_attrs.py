@@ -37,3 +37,14 @@ FIDELITY_STD = "fidelity_std"  # with --seeds K > 1: the replicates' std, sem an
 FIDELITY_SEM = "fidelity_sem"
 FIDELITY_REPLICATES = "fidelity_replicates"
 RERUN_OF = "rerun_of"  # `csweep rerun-front`: the trial whose config this one re-trains
+
+# --- MLflow run tags ------------------------------------------------------------------------
+# A trial's run carries its reason under the trial attr's own name (FAIL_REASON, PRUNE_REASON)
+# and its seeds under SEEDS; MLflow's own tags (parent run, note) are mlflow.utils.mlflow_tags'.
+TAG_ROLE = "csweep.role"  # "study" on a study's parent run
+TAG_STUDY = "optuna.study_name"
+TAG_TRIAL = "optuna.trial_number"
+TAG_STATE = "optuna.state"  # the trial's Optuna state: COMPLETE | PRUNED | FAIL
+TAG_OUTCOME = "csweep.outcome"  # OUTCOME's value
+TAG_NODE = "ray.node_id"
+TAG_INFEASIBLE = "infeasible"  # why the trial is not a feasible point (out of memory)

@@ -254,7 +254,7 @@ class Driver:
             owner.trial.set_user_attr(A.REPLACED, True)
             self.study.tell(owner.trial, state=TrialState.FAIL)
             if run_id:
-                self.log.finish_trial(owner.trial.number, run_id, "KILLED", tags={"fail_reason": "interrupted"})
+                self.log.finish_trial(owner.trial.number, run_id, "KILLED", tags={A.FAIL_REASON: "interrupted"})
         self.open.clear()
         self.in_flight.clear()
         self.queue.clear()

@@ -187,14 +187,14 @@ _STATE = {Kind.OK: "COMPLETE", Kind.PRUNED: "PRUNED", Kind.OUT_OF_MEMORY: "FAIL"
 
 def mlflow_record(result: TrialResult) -> tuple[str, dict[str, Any]]:
     """(run status, the keyword arguments of Tracker.finish_trial) of a trial's result."""
-    tags = {**result.tags, "ray.node_id": result.node, "optuna.state": _STATE[result.kind],
-            "csweep.outcome": result.kind.value}
+    tags = {**result.tags, A.TAG_NODE: result.node, A.TAG_STATE: _STATE[result.kind],
+            A.TAG_OUTCOME: result.kind.value}
     if result.seeds:
-        tags["seeds"] = ",".join(str(s) for s in result.seeds)
+        tags[A.SEEDS] = ",".join(str(s) for s in result.seeds)
     if result.reason:
-        tags["prune_reason" if result.kind is Kind.PRUNED else "fail_reason"] = result.reason[:5000]
+        tags[A.PRUNE_REASON if result.kind is Kind.PRUNED else A.FAIL_REASON] = result.reason[:5000]
     if result.kind is Kind.OUT_OF_MEMORY:
-        tags["infeasible"] = "out of memory"
+        tags[A.TAG_INFEASIBLE] = "out of memory"
     artifacts = dict(result.artifacts)
     if result.kind is Kind.FAILED:
         artifacts["traceback.txt"] = (result.traceback or result.reason).encode()

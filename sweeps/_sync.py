@@ -69,7 +69,7 @@ def sync_study(study: Any, workdir: Path, tracking_uri: str, *, artifact_root: P
                 metrics = dict(zip(names, t.values))
             reason = (t.user_attrs.get(A.FAIL_REASON) or t.user_attrs.get(A.PRUNE_REASON)
                       or study.user_attrs.get(A.STALE, {}).get(str(t.number), ""))
-            tags = {"optuna.state": t.state.name, **({"fail_reason": reason} if reason else {})}
+            tags = {A.TAG_STATE: t.state.name, **({A.FAIL_REASON: reason} if reason else {})}
             tracker.finish_trial(run_id, status=status, metrics=metrics, tags=tags)
     tracker.end_parent(parent)
     return created, filled, already

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._attrs import PARENT_RUN as PARENT_RUN_ATTR
+from . import _attrs as A
 
 # MLflow 3 opens an experiment in its GenAI (traces) view unless it says it holds training runs
 EXPERIMENT_KIND_TAG = ("mlflow.experimentKind", "custom_model_development")
@@ -69,34 +69,38 @@ class Tracker:
         """Reattach to the run id kept on the study, or create the parent run once. Two drivers
         starting on one study at the same moment both create one; the earliest-started parent
         run of the study wins and the other driver deletes its own."""
-        run_id = study.user_attrs.get(PARENT_RUN_ATTR)
+        from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
+
+        run_id = study.user_attrs.get(A.PARENT_RUN)
         if run_id and self._reattach(run_id, description):
             return run_id
         found = self._parents(study.study_name)
         if found and self._reattach(found[0], description):
-            study.set_user_attr(PARENT_RUN_ATTR, found[0])
+            study.set_user_attr(A.PARENT_RUN, found[0])
             return found[0]
-        tags = {"csweep.role": "study", "optuna.study_name": study.study_name}
+        tags = {A.TAG_ROLE: "study", A.TAG_STUDY: study.study_name}
         if description:
-            tags["mlflow.note.content"] = description
+            tags[MLFLOW_RUN_NOTE] = description
         mine = self.client.create_run(self.experiment_id, run_name=study.study_name, tags=tags).info.run_id
         self._log_params(mine, params)
         winner = self._parents(study.study_name)[0]
         if winner != mine:
             self.client.delete_run(mine)
-        study.set_user_attr(PARENT_RUN_ATTR, winner)
+        study.set_user_attr(A.PARENT_RUN, winner)
         return winner
 
     def _parents(self, study_name: str) -> list[str]:
         name = study_name.replace("'", "\\'")
         found = self.client.search_runs(
             [self.experiment_id],
-            filter_string=f"tags.`csweep.role` = 'study' and tags.`optuna.study_name` = '{name}'",
+            filter_string=f"tags.`{A.TAG_ROLE}` = 'study' and tags.`{A.TAG_STUDY}` = '{name}'",
             order_by=["attributes.start_time ASC", "attributes.run_id ASC"], max_results=50,
         )
         return [r.info.run_id for r in found]
 
     def _reattach(self, run_id: str, description: str = "") -> bool:
+        from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
+
         try:
             run = self.client.get_run(run_id)
         except Exception:  # noqa: BLE001 - a parent lost from tracking is recreated
@@ -105,7 +109,7 @@ class Tracker:
             return False
         self.client.update_run(run_id, status="RUNNING")
         if description:
-            self.client.set_tag(run_id, "mlflow.note.content", description)
+            self.client.set_tag(run_id, MLFLOW_RUN_NOTE, description)
         return True
 
     def end_parent(self, run_id: str, status: str = "FINISHED", metrics: Mapping[str, float] = {}) -> None:
@@ -121,12 +125,14 @@ class Tracker:
 
     # --- one child run per trial -------------------------------------------------------
     def start_trial(self, parent_id: str, study_name: str, number: int, params: Mapping[str, Any]) -> str:
+        from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
         run = self.client.create_run(
             self.experiment_id, run_name=f"trial-{number}",
             tags={
-                "mlflow.parentRunId": parent_id,
-                "optuna.trial_number": str(number),
-                "optuna.study_name": study_name,
+                MLFLOW_PARENT_RUN_ID: parent_id,
+                A.TAG_TRIAL: str(number),
+                A.TAG_STUDY: study_name,
             },
         )
         self._log_params(run.info.run_id, params)
@@ -268,7 +274,7 @@ class SafeTracker:
             return False
         try:
             self.tracker.client.set_terminated(run_id, status="FAILED")
-            self.tracker.client.set_tag(run_id, "fail_reason", reason)
+            self.tracker.client.set_tag(run_id, A.FAIL_REASON, reason)
             return True
         except Exception:  # noqa: BLE001
             return False
@@ -277,10 +283,12 @@ class SafeTracker:
         """The run of trial `number` under `parent`, found by its tags ("" when none)."""
         if self.tracker is None or not parent:
             return ""
+        from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
         try:
             runs = self.tracker.client.search_runs(
                 [self.tracker.experiment_id], max_results=1,
-                filter_string=f"tags.`mlflow.parentRunId` = '{parent}' and tags.`optuna.trial_number` = '{number}'")
+                filter_string=f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent}' and tags.`{A.TAG_TRIAL}` = '{number}'")
         except Exception:  # noqa: BLE001
             return ""
         return runs[0].info.run_id if runs else ""
