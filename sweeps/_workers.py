@@ -13,11 +13,13 @@ from typing import Any
 from ._result import Kind, TrialResult, normalize
 
 def _node_id() -> str:
+    """The Ray node this trial ran on; "local" outside Ray (run_trial called directly), where
+    asking Ray would start a local instance of it."""
     try:
         import ray
 
-        return ray.get_runtime_context().get_node_id()
-    except Exception:  # noqa: BLE001 - outside Ray (tests calling run_trial directly)
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else "local"
+    except Exception:  # noqa: BLE001
         return "local"
 
 
