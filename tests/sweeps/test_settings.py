@@ -88,7 +88,12 @@ def test_attribute_names_live_in_one_module_that_imports_nothing():
     tree = ast.parse((ROOT / "sweeps" / "_attrs.py").read_text())
     assert not [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
     # the attribute names are not retyped as bare strings where they are used
-    names = {n.value.value for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)}
+    named = {n.targets[0].id: n.value.value for n in tree.body
+             if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)}
+    names = set(named.values())
+    # the MLflow tags and the reason names appear nowhere else as a bare string
+    tags = {v for k, v in named.items() if k.startswith("TAG_") or k in ("FAIL_REASON", "PRUNE_REASON")}
+    assert "optuna.trial_number" in tags and "fail_reason" in tags
     offenders = []
     for package in ("sweeps", "reports"):
         for path in (ROOT / package).glob("*.py"):
@@ -98,6 +103,8 @@ def test_attribute_names_live_in_one_module_that_imports_nothing():
                 if isinstance(node, ast.Call) and getattr(node.func, "attr", "") in ("set_user_attr", "get") \
                         and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value in names:
                     offenders.append(f"{path.name}:{node.lineno} {node.args[0].value!r}")
+                if isinstance(node, ast.Constant) and node.value in tags:
+                    offenders.append(f"{path.name}:{node.lineno} {node.value!r}")
     assert not offenders, offenders
 
 
