@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 CALL = """
-import json, sys
+import json
 import ray
 from sweeps._workers import run_trial
 r = run_trial("userobj:objective", False, {"x": 0.3, "y": 0.5}, model="tiny", data=None)
