@@ -75,6 +75,8 @@ def render_page(rep: Any, *, images: Mapping[str, Path], figure: Any, tracking_u
     for caption, path in images.items():
         if caption != "Pareto front":
             parts.append(_img(path, caption))
+    if getattr(rep, "figure_notes", None):
+        parts.append("<p class='muted figure-notes'>" + "<br>".join(esc(n) for n in rep.figure_notes) + "</p>")
     parts += [
         "<h2>All trials</h2><div class='scroll'>",
         html_table(rep.trials, tracking_uri=tracking_uri, experiment_id=experiment_id),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,8 @@ def _save(fig: Any, ax: Any, path: Path, *, title: str, legend: int | None = 8, 
     """Title, grid, legend (when anything is labelled), tight layout, PNG; closes the figure."""
     plt = _plt()
     ax.set_title(title)
-    ax.grid(alpha=0.3, which=grid)
+    if grid != "none":
+        ax.grid(alpha=0.3, which=grid)
     if legend and ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=legend)
     fig.tight_layout()
@@ -160,10 +161,20 @@ def hv_history_png(history: pd.DataFrame, path: Path) -> Path:
 
 
 def pair_png(trials: pd.DataFrame, x: str, y: str, logs: Mapping[str, bool], path: Path,
-             fit: LawFit | None = None) -> Path:
-    """val_loss over a pair of params: a filled contour of the usable trials (triangulated) under them."""
-    plt = _plt()
+             fit: LawFit | None = None, *, categorical: Mapping[str, Sequence[Any]] | None = None,
+             best_by_level: Sequence[tuple[str, float, float, float]] = ()) -> Path:
+    """val_loss over a pair of params, for every kind of pair: numeric x numeric, a filled contour
+    of the usable trials (triangulated) under them; categorical x numeric, one curve per level
+    over the numeric knob (its best value per level marked, when the coupling analysis found
+    one); categorical x categorical, a heatmap of the cells' mean val_loss."""
+    categorical = categorical or {}
     ok = trials.dropna(subset=["val_loss", x, y])
+    if x in categorical and y in categorical:
+        return _pair_cells_png(ok, x, y, path, categorical)
+    if x in categorical or y in categorical:
+        cat, num = (x, y) if x in categorical else (y, x)
+        return _pair_levels_png(ok, cat, num, logs, path, categorical[cat], best_by_level)
+    plt = _plt()
     fig, ax = plt.subplots(figsize=(5.6, 4.4), dpi=110)
     xs, ys, zs = (ok[c].astype(float).to_numpy() for c in (x, y, "val_loss"))
     tx = np.log10(xs) if logs.get(x) and (xs > 0).all() else xs
@@ -191,6 +202,58 @@ def pair_png(trials: pd.DataFrame, x: str, y: str, logs: Mapping[str, bool], pat
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def _pair_levels_png(ok: pd.DataFrame, cat: str, num: str, logs: Mapping[str, bool], path: Path,
+                     levels: Sequence[Any], best_by_level: Sequence[tuple[str, float, float, float]]) -> Path:
+    """Categorical x numeric: per level its trials and a curve through the medians of up to five
+    quantile bins of the numeric knob; a dashed line at the level's best value (with its 95%
+    interval shaded) where the coupling analysis gives one."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.8, 4.4), dpi=110)
+    best = {str(lvl): (b, lo, hi) for lvl, b, lo, hi in best_by_level}
+    for i, level in enumerate(levels):
+        rows = ok[ok[cat].astype(str) == str(level)]
+        color = PALETTE[i % len(PALETTE)]
+        xs, zs = rows[num].astype(float).to_numpy(), rows["val_loss"].astype(float).to_numpy()
+        ax.scatter(xs, zs, c=color, s=24, edgecolors="white", label=f"{cat}={level} ({len(rows)})")
+        if len(rows) >= 3:
+            order = np.argsort(xs)
+            bins = np.array_split(order, min(5, max(2, len(rows) // 3)))
+            ax.plot([np.median(xs[b]) for b in bins], [np.median(zs[b]) for b in bins], c=color, lw=1.4)
+        if str(level) in best:
+            b, lo, hi = best[str(level)]
+            ax.axvline(b, c=color, ls="--", lw=1)
+            ax.axvspan(lo, hi, color=color, alpha=0.08)
+    if logs.get(num) and (ok[num].astype(float) > 0).all():
+        ax.set_xscale("log")
+    ax.set_xlabel(num)
+    ax.set_ylabel("val_loss (lower is better)")
+    return _save(fig, ax, path, title=f"val_loss over {num} per {cat}", legend=7)
+
+
+def _pair_cells_png(ok: pd.DataFrame, x: str, y: str, path: Path, categorical: Mapping[str, Sequence[Any]]) -> Path:
+    """Categorical x categorical: the mean val_loss of each cell, its trial count written in it."""
+    plt = _plt()
+    xl, yl = [str(v) for v in categorical[x]], [str(v) for v in categorical[y]]
+    cells = ok.assign(_x=ok[x].astype(str), _y=ok[y].astype(str)).groupby(["_y", "_x"])["val_loss"]
+    mean, count = cells.mean(), cells.size()
+    grid = np.full((len(yl), len(xl)), np.nan)
+    for (vy, vx), m in mean.items():
+        if vy in yl and vx in xl:
+            grid[yl.index(vy), xl.index(vx)] = m
+    fig, ax = plt.subplots(figsize=(1.6 + 1.1 * len(xl), 1.4 + 0.8 * len(yl)), dpi=110)
+    im = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis_r", aspect="auto")
+    fig.colorbar(im, ax=ax, label="mean val_loss")
+    for (vy, vx), n in count.items():
+        if vy in yl and vx in xl:
+            ax.text(xl.index(vx), yl.index(vy), f"{mean[(vy, vx)]:.3g}\n({n})", ha="center", va="center",
+                    fontsize=8, color="white")
+    ax.set_xticks(range(len(xl)), xl)
+    ax.set_yticks(range(len(yl)), yl)
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    return _save(fig, ax, path, title=f"mean val_loss per {x} × {y}", legend=None, grid="none")
 
 
 def law_png(fit: LawFit, path: Path) -> Path:
@@ -228,7 +291,8 @@ HEALTH_STYLE = {
 }
 
 
-def health_png(trials: pd.DataFrame, x: str, y: str, logs: Mapping[str, bool], path: Path) -> Path:
+def health_png(trials: pd.DataFrame, x: str, y: str, logs: Mapping[str, bool], path: Path, *,
+               categorical: Mapping[str, Sequence[Any]] | None = None) -> Path:
     """Where in a parameter pair the trials diverged, collapsed or stayed healthy: the stability
     boundary of the pair (pruned trials included, at the parameters they were stopped with)."""
     plt = _plt()
@@ -237,7 +301,7 @@ def health_png(trials: pd.DataFrame, x: str, y: str, logs: Mapping[str, bool], p
     shown = shown[shown["health"].astype(str) != ""]
     for state, group in shown.groupby("health"):
         color, marker = HEALTH_STYLE.get(str(state), ("#7f7f7f", "o"))
-        gx, gy = group[x].astype(float), group[y].astype(float)
+        gx, gy = (group[c].astype(str if c in (categorical or {}) else float) for c in (x, y))
         ax.scatter(gx, gy, c=color, marker=marker, s=36, label=f"{state} ({len(group)})", edgecolors="white")
     if logs.get(x):
         ax.set_xscale("log")

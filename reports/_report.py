@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +60,7 @@ class StudyReport:
     sentences: list[str] = field(default_factory=list)  # what the numbers say, for the page
     objectives: Objectives = field(default_factory=Objectives)
     fit_note: str = ""  # which usable trials the coupling, law and noise analyses left out, and why
+    figure_notes: list[str] = field(default_factory=list)  # figures that could not be drawn, and why
 
 
 def _noise_and_spread(ok: pd.DataFrame, metric: str) -> tuple[Any, float | None]:
@@ -165,15 +167,36 @@ def _left_out_sentence(left_out: pd.DataFrame, n_fitted: int) -> str:
             "they stay in the front and the tables.")
 
 
-def _declared_pairs(study: Any, numeric: dict[str, Any], couplings: list[Any]) -> list[tuple[str, str]]:
+def _declared_pairs(study: Any, sampled: Sequence[str], couplings: list[Any]) -> list[tuple[str, str]]:
+    """The pairs drawn: the space's hypotheses, else the two strongest couplings, else the first
+    two sampled params; of every kind (numeric, categorical)."""
     space = study.user_attrs.get(A.SPACE) or {}
-    pairs = [(h["x"], h["y"]) for h in space.get("hypotheses", []) if h["x"] in numeric and h["y"] in numeric]
+    pairs = [(h["x"], h["y"]) for h in space.get("hypotheses", []) if h["x"] in sampled and h["y"] in sampled]
     if not pairs:
         pairs = [(c.param_a, c.param_b) for c in couplings[:2]]
-    if not pairs and len(numeric) >= 2:
-        names = list(numeric)
-        pairs = [(names[0], names[1])]
-    return pairs
+    if not pairs and len(sampled) >= 2:
+        pairs = [(sampled[0], sampled[1])]
+    return list(dict.fromkeys(pairs))
+
+
+class _Figures:
+    """Draws the report's figures one by one: a figure that cannot be drawn is left out with one
+    line saying why (`notes`), and the rest of the report is written."""
+
+    def __init__(self, files: dict[str, Path], images: dict[str, Path]) -> None:
+        self.files, self.images, self.notes = files, images, []
+
+    def draw(self, name: str, caption: str | None, draw: Any, *args: Any, **kwargs: Any) -> Path | None:
+        try:
+            path = draw(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - one figure never costs the report
+            first = (str(exc).strip().splitlines() or [""])[0]
+            self.notes.append(f"{name} left out: {type(exc).__name__}: {first[:200]}")
+            return None
+        self.files[name] = path
+        if caption:
+            self.images[caption] = path
+        return path
 
 
 def write_study_report(study: Any, out_dir: Path, *, tracking_uri: str | None = None,
@@ -196,37 +219,45 @@ def write_study_report(study: Any, out_dir: Path, *, tracking_uri: str | None = 
     (out_dir / "summary.json").write_text(json.dumps(_jsonable(rep.summary), indent=2) + "\n")
     files["summary.json"] = out_dir / "summary.json"
     left_out = _left_out(rep)
-    files["pareto.png"] = front_png(rep.usable, rep.front, out_dir / "pareto.png",
-                                    title=f"{rep.name}: memory vs validation loss", left_out=left_out,
-                                    objectives=rep.objectives)
+    images: dict[str, Path] = {}
+    figs = _Figures(files, images)
+    figs.draw("pareto.png", "Pareto front", front_png, rep.usable, rep.front, out_dir / "pareto.png",
+              title=f"{rep.name}: memory vs validation loss", left_out=left_out, objectives=rep.objectives)
     fig = front_figure({rep.name: (rep.usable, rep.front)}, rep.params, rep.objectives)
     fig.write_html(out_dir / "pareto_front.html", include_plotlyjs=True, full_html=True,
                    post_script=hover_script(rep, samples) or None)
     files["pareto_front.html"] = out_dir / "pareto_front.html"
-    images: dict[str, Path] = {"Pareto front": files["pareto.png"]}
     if rep.hv_history is not None:
         rep.hv_history.to_csv(out_dir / "hypervolume.csv", index=False)
         files["hypervolume.csv"] = out_dir / "hypervolume.csv"
-        files["hypervolume.png"] = images["Hypervolume history"] = hv_history_png(
-            rep.hv_history, out_dir / "hypervolume.png")
+        figs.draw("hypervolume.png", "Hypervolume history", hv_history_png, rep.hv_history,
+                  out_dir / "hypervolume.png")
     numeric = numeric_params(study)
+    categorical = categorical_params(study)
     logs = {k: bool(v["log"]) for k, v in numeric.items()}
     fits = {(f.x, f.y): f for f in rep.laws}
-    for x, y in _declared_pairs(study, numeric, rep.couplings):
+    by_pair = {(c.param_a, c.param_b): c for c in rep.couplings}
+    by_pair |= {(c.param_b, c.param_a): c for c in rep.couplings}
+    for x, y in _declared_pairs(study, [*numeric, *categorical], rep.couplings):
         name = f"pair_{x}__{y}.png"
-        files[name] = images[f"val_loss over {x} × {y}"] = pair_png(  # the surface the law was read off
-            converged(rep.usable), x, y, logs, out_dir / name, fits.get((x, y)))
+        c = by_pair.get((x, y))
+        figs.draw(name, f"val_loss over {x} × {y}", pair_png,  # the surface the law was read off
+                  converged(rep.usable), x, y, logs, out_dir / name, fits.get((x, y)), categorical=categorical,
+                  best_by_level=c.best_by_level if c is not None else ())
         if rep.trials["health"].astype(bool).any():
             name = f"health_{x}__{y}.png"
-            files[name] = images[f"Training health over {x} × {y}"] = health_png(
-                rep.trials, x, y, logs, out_dir / name)
+            figs.draw(name, f"Training health over {x} × {y}", health_png, rep.trials, x, y, logs, out_dir / name,
+                      categorical=categorical)
     for f in rep.laws:
         name = f"law_{f.x}__{f.y}.png"
-        files[name] = images[f"Fitted law {f.y}*({f.x})"] = law_png(f, out_dir / name)
+        figs.draw(name, f"Fitted law {f.y}*({f.x})", law_png, f, out_dir / name)
+    rep.figure_notes = figs.notes
     page = render_page(rep, images=images, figure=fig, tracking_uri=tracking_uri, experiment_id=exp_id,
                        gallery=gallery_html(rep, samples))
     (out_dir / "index.html").write_text(page)
     files["index.html"] = out_dir / "index.html"
+    for note in figs.notes:
+        print(f"csweep: report {rep.name}: {note}", file=sys.stderr)
     return files
 
 

@@ -55,9 +55,11 @@ class ParamSpec:
 
 @dataclass(frozen=True)
 class Hypothesis:
+    """A pair the report must test; `law` (numeric params only) also asks for a fitted law."""
+
     x: str
     y: str
-    law: str
+    law: str | None = None
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,7 @@ class SearchSpace:
             "trials": self.trials,
             "params": {p.name: _param_dict(p) for p in self.params},
             "fixed": dict(self.fixed),
-            "hypotheses": [{"x": h.x, "y": h.y, "law": h.law} for h in self.hypotheses],
+            "hypotheses": [{"x": h.x, "y": h.y, **({"law": h.law} if h.law else {})} for h in self.hypotheses],
             **({"samples": dict(self.samples)} if self.samples else {}),
         }
 
@@ -187,17 +189,24 @@ def parse_space(data: Any, *, source: str) -> SearchSpace:
     hypotheses = []
     raw_h = data.get("hypotheses") or []
     if not isinstance(raw_h, list):
-        raise err("hypotheses", raw_h, "must be a list of {x, y, law}")
+        raise err("hypotheses", raw_h, "must be a list of {x, y} or {x, y, law}")
     for i, h in enumerate(raw_h):
-        if not isinstance(h, Mapping) or set(h) != {"x", "y", "law"}:
-            raise err(f"hypotheses[{i}]", h, "must be a mapping with exactly x, y and law")
+        if not isinstance(h, Mapping) or not {"x", "y"} <= set(h) or not set(h) <= {"x", "y", "law"}:
+            raise err(f"hypotheses[{i}]", h, "must be a mapping with x, y and optionally law")
+        law = h.get("law")
         for axis in ("x", "y"):
-            p = by_name.get(h[axis])
-            if p is None or not p.numeric:
-                raise err(f"hypotheses[{i}].{axis}", h[axis], "must name a numeric param of this space")
-        if h["law"] not in LAWS:
-            raise err(f"hypotheses[{i}].law", h["law"], f"must be one of {', '.join(LAWS)}")
-        hypotheses.append(Hypothesis(h["x"], h["y"], h["law"]))
+            p = by_name.get(h[axis]) if isinstance(h[axis], str) else None
+            if p is None:
+                what = "a fixed param" if isinstance(h[axis], str) and h[axis] in fixed else "not a param"
+                raise err(f"hypotheses[{i}].{axis}", h[axis], f"must name a sampled param of this space ({what})")
+            if law is not None and not p.numeric:
+                raise err(f"hypotheses[{i}].{axis}", h[axis], "must name a numeric param when a law is given "
+                          "(a pair without a law may be categorical)")
+        if h["x"] == h["y"]:
+            raise err(f"hypotheses[{i}].y", h["y"], "must differ from x")
+        if law is not None and law not in LAWS:
+            raise err(f"hypotheses[{i}].law", law, f"must be one of {', '.join(LAWS)} (or left out for a pair)")
+        hypotheses.append(Hypothesis(h["x"], h["y"], law))
     samples = data.get("samples") or {}
     if not isinstance(samples, Mapping):
         raise err("samples", samples, "must be a mapping (prompts, seeds, steps, scheduler, guidance_scale, enabled)")
