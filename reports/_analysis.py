@@ -189,56 +189,60 @@ def _design(ok: pd.DataFrame, params: Mapping[str, Mapping[str, Any]],
     return np.stack(cols, axis=1), groups
 
 
-def _surrogate(x: np.ndarray, y: np.ndarray, seed: int, *, sem: np.ndarray | None = None,
-               kernel: Any = None) -> Any:
-    """Matérn 5/2 GP with a noise term. Where the seed noise is measured it enters per trial
-    (sem^2 on the diagonal); the white-noise term takes the rest. With `kernel` given (fitted
-    before), its hyperparameters are kept (bootstrap refits)."""
-    from sklearn.gaussian_process import GaussianProcessRegressor
-    from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
-
-    scale = float(np.std(y)) or 1.0
-    alpha = 1e-10 if sem is None else np.maximum((np.asarray(sem) / scale) ** 2, 1e-10)
-    if kernel is None:
-        kernel = ConstantKernel(1.0, (1e-3, 1e3)) * Matern(
-            length_scale=np.full(x.shape[1], 0.5), length_scale_bounds=(0.05, 20.0), nu=2.5
-        ) + WhiteKernel(1e-2, (1e-6, 1.0))
-        gp = GaussianProcessRegressor(kernel=kernel, alpha=alpha, normalize_y=True, random_state=seed,
-                                      n_restarts_optimizer=1)
-    else:
-        gp = GaussianProcessRegressor(kernel=kernel, alpha=alpha, normalize_y=True, optimizer=None)
-    return gp.fit(x, y)
-
-
-def _pd_grid(model: Any, ref: np.ndarray, settings: np.ndarray, cols: list[int]) -> np.ndarray:
-    """Partial dependence: for each row of `settings` (values of columns `cols`), the model's
-    mean over the reference points with those columns set."""
-    m = len(ref)
-    grid = np.repeat(ref[None, :, :], len(settings), axis=0)
-    grid[:, :, cols] = settings[:, None, :]
-    return model.predict(grid.reshape(len(settings) * m, -1)).reshape(len(settings), m).mean(axis=1)
-
-
 # --- coupling: interaction share of val_loss variance on a surrogate ---------------------
+COUPLED_ABOVE = 0.05  # a pair is called coupled when its interval starts above this share
+PATH_AT = (0.1, 0.9)  # where along param_a (scaled) the best param_b is read for the advice
+
+
 @dataclass(frozen=True)
 class Coupling:
     param_a: str
     param_b: str
-    strength: float
+    strength: float  # the posterior median of the interaction share
     ci_low: float
     ci_high: float
     n_trials: int
     kind: str = "numeric x numeric"
     # categorical x numeric: per level of the categorical knob, the numeric knob's best value
-    # (lowest partial dependence) with a 95% bootstrap interval: {level: (best, low, high)}
+    # (lowest partial dependence) with a 95% posterior interval: {level: (best, low, high)}
     best_by_level: tuple[tuple[str, float, float, float], ...] = ()
+    more_trials: int | None = None  # inconclusive: about how many more trials would likely decide it
+    # numeric x numeric: how the best value of param_b moves with param_a: ((a, best b), ...)
+    best_path: tuple[tuple[float, float], ...] = ()
+
+    @property
+    def decided(self) -> bool:
+        return self.ci_low > COUPLED_ABOVE or self.ci_high < COUPLED_ABOVE
 
     def verdict(self) -> str:
         if self.ci_low > COUPLED_ABOVE:
             return "coupled: tune them together"
         if self.ci_high < COUPLED_ABOVE:
             return "no sign of coupling: they can be tuned one at a time"
-        return "inconclusive at this number of trials"
+        if self.more_trials is None:
+            return "inconclusive: the trials cannot decide it yet"
+        if self.more_trials > 3 * self.n_trials:
+            return (f"inconclusive: its share lies near the {COUPLED_ABOVE:.0%} line; many more trials "
+                    f"(over {3 * self.n_trials}) would be needed to decide it")
+        return f"inconclusive: about {self.more_trials} more trials would likely decide it"
+
+    def advice(self) -> str:
+        """What a practitioner may do, in one sentence."""
+        a, b = self.param_a, self.param_b
+        if self.ci_low > COUPLED_ABOVE:
+            out = f"Tune {a} and {b} together"
+            if self.best_by_level:
+                num = b if self.kind == "categorical x numeric" else a
+                per = ", ".join(f"{best:.3g} with {a}={lvl}" for lvl, best, _, _ in self.best_by_level)
+                out += f": the best {num} is {per}"
+            elif len(self.best_path) >= 2:
+                (a0, b0), (a1, b1) = self.best_path[0], self.best_path[-1]
+                out += f": the best {b} moves from {b0:.3g} at {a}={a0:.3g} to {b1:.3g} at {a}={a1:.3g}"
+            return out + "."
+        if self.ci_high < COUPLED_ABOVE:
+            return (f"Tune {a} and {b} one at a time: their interaction carries under {COUPLED_ABOVE:.0%} of the "
+                    f"val_loss variance (95% upper bound {100 * self.ci_high:.1f}%).")
+        return f"{a} × {b}: {self.verdict()}."
 
     def sentence(self) -> str:
         pct = f"{100 * self.strength:.1f}%"
@@ -253,9 +257,6 @@ class Coupling:
         return out
 
 
-COUPLED_ABOVE = 0.05  # a pair is called coupled when its interval starts above this share
-
-
 def _unscale(v: np.ndarray, dist: Mapping[str, Any]) -> np.ndarray:
     lo, hi = float(dist["low"]), float(dist["high"])
     if dist.get("log"):
@@ -263,37 +264,53 @@ def _unscale(v: np.ndarray, dist: Mapping[str, Any]) -> np.ndarray:
     return lo + v * (hi - lo)
 
 
-def _pair_effects(model: Any, ref: np.ndarray, groups: dict[str, list[int]], names: list[str],
-                  pairs: list[tuple[int, int]], n_levels: dict[str, int], grid: np.ndarray) -> tuple[
-                      dict[tuple[int, int], float], dict[tuple[int, int], list[float]]]:
-    """Share of Var f(X) carried by each pair's pure interaction PD_ab - PD_a - PD_b (centred
-    partial dependences at the reference points; Friedman & Popescu's construction, normalised
-    by the total variance as a second-order functional ANOVA term), and for categorical x
-    numeric pairs the numeric value (on `grid`, scaled) that minimises PD_ab per level."""
-    total = float(np.var(model.predict(ref)))
+def more_trials_to_decide(median: float, low: float, high: float, n: int) -> int | None:
+    """About how many more trials would put the 95% interval on one side of the coupled line,
+    if the interval's width on the log scale (shares are skewed) shrinks as 1/sqrt(trials) around
+    the present median: a rough guide, rounded up to 5."""
+    floor = 1e-4
+    med, lo, hi, line = (math.log(max(v, floor)) for v in (median, low, high, COUPLED_ABOVE))
+    gap = abs(med - line)
+    if gap <= 1e-9 or n <= 0:
+        return None
+    half = (med - lo) if med > line else (hi - med)
+    need = n * (half / gap) ** 2
+    return int(5 * math.ceil(max(need - n, 1.0) / 5))
 
-    def pd_at(params: tuple[str, ...]) -> np.ndarray:
-        cols = [c for p in params for c in groups[p]]
-        out = _pd_grid(model, ref, ref[:, cols], cols)
-        return out - out.mean()
 
-    used = {names[f] for p in pairs for f in p}
-    single = {p: pd_at((p,)) for p in used}
-    shares, best = {}, {}
-    for a, b in pairs:
-        pa, pb = names[a], names[b]
-        joint = pd_at((pa, pb))
-        shares[(a, b)] = float(np.mean((joint - single[pa] - single[pb]) ** 2) / total) if total > 0 else 0.0
-        if (pa in n_levels) != (pb in n_levels):
-            cat, num = (pa, pb) if pa in n_levels else (pb, pa)
-            cols = groups[cat] + groups[num]
-            rows = []
-            for level in range(n_levels[cat]):
-                onehot = np.zeros((len(grid), len(groups[cat])))
-                onehot[:, level] = 1.0
-                rows.append(float(grid[np.argmin(_pd_grid(model, ref, np.column_stack([onehot, grid]), cols))]))
-            best[(a, b)] = rows
-    return shares, best
+def fit_surrogate(ok: pd.DataFrame, params: Mapping[str, Mapping[str, Any]],
+                  categorical: Mapping[str, Sequence[Any]], *, seed: int = 0, n_hyper: int = 24) -> Any:
+    """The fully Bayesian ANOVA GP (reports._gp) on the usable trials `ok`; its knobs are
+    `params` then `categorical`, in that order."""
+    from ._gp import BayesGP
+
+    x, groups = _design(ok, params, categorical)
+    y = ok["val_loss"].astype(float).to_numpy()
+    sem = trial_sems(ok)
+    sem = sem if (sem > 0).any() else None
+    names = list(params) + list(categorical)
+    return BayesGP(x, y, [groups[n] for n in names], categorical=[n in categorical for n in names], sem=sem,
+                   n_hyper=n_hyper, seed=seed)
+
+
+def _refined_argmin(rows: np.ndarray, step: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the grid index of the minimum refined by a parabola through its neighbours (in
+    grid steps), and whether it lies inside the grid (not on its edge)."""
+    j = np.argmin(rows, axis=-1)
+    inner = (j > 0) & (j < rows.shape[-1] - 1)
+    jj = np.clip(j, 1, rows.shape[-1] - 2)
+    take = lambda k: np.take_along_axis(rows, k[..., None], axis=-1)[..., 0]  # noqa: E731
+    l, m, r = take(jj - 1), take(jj), take(jj + 1)
+    denom = l - 2 * m + r
+    shift = np.where(inner & (denom > 0), 0.5 * (l - r) / np.where(denom > 0, denom, 1.0), 0.0)
+    return (j + shift) * step, inner
+
+
+def _quad_value(pos: np.ndarray) -> np.ndarray:
+    """A position along a knob's grid (in grid steps from the first point) as its scaled value."""
+    from ._gp import QUAD
+
+    return (pos + 0.5) / QUAD
 
 
 def coupling_analysis(
@@ -301,75 +318,90 @@ def coupling_analysis(
     params: Mapping[str, Mapping[str, Any]],
     *,
     categorical: Mapping[str, Sequence[Any]] | None = None,
-    n_boot: int = 20,
-    max_points: int = 60,
+    n_boot: int = 24,
     seed: int = 0,
+    pairs: Sequence[tuple[str, str]] | None = None,
+    gp: Any = None,
 ) -> list[Coupling]:
-    """For every pair of sampled params (numeric and categorical), the interaction share of
-    val_loss variance on a GP surrogate fitted to the usable trials `ok`, with a 95% bootstrap
-    interval (the surrogate refitted to resampled trials); strongest first."""
+    """For every pair of sampled params (numeric and categorical; or only `pairs`), the share of
+    val_loss variance over the search space carried by the pair's pure interaction (its
+    second-order functional ANOVA term), on posterior draws of a fully Bayesian orthogonal
+    ANOVA GP (reports._gp): the median over draws and a 95% posterior interval that carries the
+    surrogate's own uncertainty, hyperparameters included; strongest first. `n_boot`:
+    hyperparameter draws (8 function draws each). `gp`: a surrogate fitted before (fit_surrogate)."""
     categorical = {k: list(v) for k, v in (categorical or {}).items() if len(v) >= 2}
     ok = ok.dropna(subset=["val_loss", *params, *categorical])
     names = list(params) + list(categorical)
     if len(names) < 2 or len(ok) < max(8, len(names) + 3):
         return []
-    x, groups = _design(ok, params, categorical)
-    y = ok["val_loss"].astype(float).to_numpy()
-    sem = trial_sems(ok)
-    sem = sem if (sem > 0).any() else None
-    rng = np.random.default_rng(seed)
-    pairs = [(a, b) for a in range(len(names)) for b in range(a + 1, len(names))]
-    ref = x if len(x) <= max_points else x[rng.choice(len(x), max_points, replace=False)]
-    n_levels = {k: len(v) for k, v in categorical.items()}
-    grid = np.linspace(0.0, 1.0, 21)
+    index = {name: i for i, name in enumerate(names)}
+    all_pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+    if pairs is not None:
+        wanted = {frozenset(p) for p in pairs}
+        all_pairs = [p for p in all_pairs if frozenset(p) in wanted]
+    if not all_pairs:
+        return []
     import warnings
 
-    boots: dict[tuple[int, int], list[float]] = {p: [] for p in pairs}
-    best_boots: dict[tuple[int, int], list[list[float]]] = {}
     from threadpoolctl import threadpool_limits
 
     # small matrices: BLAS threads only contend (7x slower on a loaded 2-core machine)
     with warnings.catch_warnings(), threadpool_limits(1):
-        warnings.simplefilter("ignore")  # GP fits on few trials warn about length-scale bounds
-        fitted = _surrogate(x, y, seed, sem=sem)
-        point, best = _pair_effects(fitted, ref, groups, names, pairs, n_levels, grid)
-        for b in range(n_boot):
-            # trials resampled, the surrogate refitted with the fitted kernel's hyperparameters,
-            # and the points the partial dependences average over drawn from the resample
-            idx = rng.integers(0, len(x), len(x))
-            model = _surrogate(x[idx], y[idx], seed, sem=None if sem is None else sem[idx], kernel=fitted.kernel_)
-            bref = x[idx] if len(idx) <= max_points else x[rng.choice(idx, max_points, replace=False)]
-            shares, bests = _pair_effects(model, bref, groups, names, pairs, n_levels, grid)
-            for p in pairs:
-                boots[p].append(shares[p])
-            for p, v in bests.items():
-                best_boots.setdefault(p, []).append(v)
+        warnings.simplefilter("ignore")
+        gp = gp or fit_surrogate(ok, params, categorical, seed=seed, n_hyper=max(4, n_boot))
+        draws = gp.draws()
+        mean = gp.mean()
+    var = {c: v.var(axis=1) for c, v in draws.items()}
+    total = sum(var.values())
+    total = np.where(total > 0, total, np.nan)
     out = []
-    for a, b in pairs:
-        kinds = ["categorical" if names[i] in categorical else "numeric" for i in (a, b)]
-        by_level: tuple[tuple[str, float, float, float], ...] = ()
-        if (a, b) in best:
-            cat, num = (names[a], names[b]) if kinds[0] == "categorical" else (names[b], names[a])
-            draws = np.array(best_boots.get((a, b), [best[(a, b)]]))
-            by_level = tuple(
-                (str(level), float(_unscale(np.array(best[(a, b)][i]), params[num])),
-                 float(_unscale(np.percentile(draws[:, i], 2.5), params[num])),
-                 float(_unscale(np.percentile(draws[:, i], 97.5), params[num])))
-                for i, level in enumerate(categorical[cat]))
-        kind = " x ".join(kinds)
-        a_name, b_name = names[a], names[b]
+    n = len(ok)
+    for a, b in all_pairs:
+        ia, ib = index[a], index[b]
+        shares = np.nan_to_num(var[(ia, ib)] / total)
+        med, lo, hi = (float(v) for v in np.percentile(shares, [50, 2.5, 97.5]))
+        kinds = ["categorical" if p in categorical else "numeric" for p in (a, b)]
+        kind, a_name, b_name = " x ".join(kinds), a, b
         if kinds == ["numeric", "categorical"]:  # the categorical knob first
-            a_name, b_name, kind = b_name, a_name, "categorical x numeric"
-        out.append(Coupling(a_name, b_name, point[(a, b)], float(np.percentile(boots[(a, b)], 2.5)),
-                            float(np.percentile(boots[(a, b)], 97.5)), len(ok), kind, by_level))
+            a_name, b_name, kind = b, a, "categorical x numeric"
+        by_level: tuple[tuple[str, float, float, float], ...] = ()
+        path: tuple[tuple[float, float], ...] = ()
+        # the partial dependence on the pair: its two main effects and its interaction
+        def surface(comp: Mapping[tuple[int, ...], np.ndarray]) -> np.ndarray:
+            la, lb = len(gp.grid[ia]), len(gp.grid[ib])
+            s = comp[(ia, ib)].reshape(-1, la, lb)
+            return s + comp[(ia,)].reshape(-1, la, 1) + comp[(ib,)].reshape(-1, 1, lb)
+
+        if (a in categorical) != (b in categorical):
+            surf = surface(draws)  # (draws, levels or grid of a, levels or grid of b)
+            if a in categorical:
+                cat, num = a, b
+            else:
+                cat, num, surf = b, a, surf.transpose(0, 2, 1)
+            pos, _ = _refined_argmin(surf, 1.0)  # (draws, levels)
+            rows = []
+            for level, name in enumerate(categorical[cat]):
+                best = _quad_value(np.percentile(pos[:, level], [50, 2.5, 97.5]))
+                rows.append((str(name), *(float(_unscale(np.array(v), params[num])) for v in best)))
+            by_level = tuple(rows)
+        elif a in params and b in params:
+            surf = surface({c: v[None, :] for c, v in mean.items()})[0]
+            pos, _ = _refined_argmin(surf[[0, -1]], 1.0)
+            path = tuple((float(_unscale(np.array(_quad_value(np.array(i))), params[a])),
+                          float(_unscale(np.array(_quad_value(p)), params[b])))
+                         for i, p in zip((0, surf.shape[0] - 1), pos))
+        more = None if (lo > COUPLED_ABOVE or hi < COUPLED_ABOVE) else more_trials_to_decide(med, lo, hi, n)
+        out.append(Coupling(a_name, b_name, med, lo, hi, n, kind, by_level, more, path))
     return sorted(out, key=lambda c: -c.strength)
 
 
 def coupling_frame(couplings: list[Coupling]) -> pd.DataFrame:
-    cols = ["param_a", "param_b", "strength", "ci_low", "ci_high", "n_trials", "kind", "verdict", "best_by_level"]
+    cols = ["param_a", "param_b", "strength", "ci_low", "ci_high", "n_trials", "kind", "verdict", "best_by_level",
+            "more_trials"]
     rows = [{**{k: getattr(c, k) for k in cols[:7]}, "verdict": c.verdict().split(":")[0],
              "best_by_level": "; ".join(f"{lvl}={best:.4g} [{lo:.4g}, {hi:.4g}]"
-                                        for lvl, best, lo, hi in c.best_by_level)} for c in couplings]
+                                        for lvl, best, lo, hi in c.best_by_level),
+             "more_trials": c.more_trials} for c in couplings]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -403,34 +435,21 @@ class LawFit:
                 f"from {self.n_trials} trials): {'; '.join(verdicts)} by the interval.")
 
 
-LAW_MIN_TRIALS = 10
-
-
-def _law_points(model: Any, ref: np.ndarray, ix: int, iy: int, gx: np.ndarray, gy: np.ndarray) -> np.ndarray:
-    """y*(x) on the surrogate: for each x in gx (scaled), the y in gy minimising the partial
-    dependence of val_loss on (x, y), refined by a parabola through the grid minimum; NaN where
-    the minimum lies on the edge of the range."""
-    settings = np.array([(a, b) for a in gx for b in gy])
-    pd_ = _pd_grid(model, ref, settings, [ix, iy]).reshape(len(gx), len(gy))
-    out = np.full(len(gx), np.nan)
-    step = gy[1] - gy[0]
-    for i, row in enumerate(pd_):
-        j = int(np.argmin(row))
-        if 0 < j < len(gy) - 1:
-            l, m, r = row[j - 1], row[j], row[j + 1]
-            denom = l - 2 * m + r
-            out[i] = gy[j] + (0.5 * step * (l - r) / denom if denom > 0 else 0.0)
-    return out
+LAW_MIN_TRIALS = 12  # below this a law is not fitted at all
+LAW_MIN_POINTS = 6  # of the grid of x values, at least this many must have their best y inside its range
 
 
 def fit_power_law(ok: pd.DataFrame, x: str, y: str, *, params: Mapping[str, Mapping[str, Any]] | None = None,
-                  categorical: Mapping[str, Sequence[Any]] | None = None, n_boot: int = 30,
-                  max_points: int = 30, seed: int = 0) -> LawFit:
-    """y* = c · x^alpha, where y*(x) is the y that minimises val_loss at x: read off a GP
-    surrogate of all usable trials (the partial dependence of val_loss on x and y, the other
-    params averaged out) on a grid of x, then least squares in log-log. The 95% interval of
-    alpha comes from a bootstrap of the whole fit: trials resampled, surrogate refitted (its
-    kernel's hyperparameters kept), y*(x) read off again, regression redone."""
+                  categorical: Mapping[str, Sequence[Any]] | None = None, n_boot: int = 24, seed: int = 0,
+                  gp: Any = None) -> LawFit:
+    """y* = c · x^alpha, where y*(x) is the y that minimises val_loss at x (the partial dependence
+    on x and y: their main effects and interaction, the other knobs averaged out), read off
+    each posterior draw of the fully Bayesian ANOVA GP (reports._gp) on the grid of x, and a
+    least-squares line in log-log per draw: alpha's point is the median over draws, its 95%
+    interval their 2.5-97.5 percentiles, so it carries the surrogate's own uncertainty. No law is
+    stated from fewer than LAW_MIN_POINTS points of x whose best y lies inside y's range."""
+    from ._gp import QUAD
+
     ok = ok.dropna(subset=["val_loss", x, y])
     ok = ok[(ok[x].astype(float) > 0) & (ok[y].astype(float) > 0)]
     nan = LawFit(x, y, "power", math.nan, math.nan, math.nan, math.nan, math.nan, 0, n_trials=len(ok),
@@ -445,33 +464,14 @@ def fit_power_law(ok: pd.DataFrame, x: str, y: str, *, params: Mapping[str, Mapp
     params = {k: v for k, v in params.items() if k in ok.columns}
     cats = {k: list(v) for k, v in (categorical or {}).items() if k in ok.columns and len(v) >= 2}
     ok = ok.dropna(subset=[*params, *cats])
-    design, groups = _design(ok, params, cats)
-    ix, iy = groups[x][0], groups[y][0]
-    vals = ok["val_loss"].astype(float).to_numpy()
-    sem = trial_sems(ok)
-    sem = sem if (sem > 0).any() else None
-    rng = np.random.default_rng(seed)
-    ref = design if len(design) <= max_points else design[rng.choice(len(design), max_points, replace=False)]
-    gx = np.linspace(design[:, ix].min(), design[:, ix].max(), 10)
-    gy = np.linspace(0.0, 1.0, 33)
+    names = list(params) + list(cats)
+    ix, iy = names.index(x), names.index(y)
 
     def to_log(v: np.ndarray, name: str) -> np.ndarray:
         d = params[name]
         if d.get("log"):
             return math.log(float(d["low"])) + v * (math.log(float(d["high"])) - math.log(float(d["low"])))
-        return np.log(_unscale(v, d))
-
-    lgx = to_log(gx, x)
-
-    def regress(ystar: np.ndarray) -> tuple[float, float, float] | None:
-        keep = np.isfinite(ystar)
-        if keep.sum() < 3:
-            return None
-        ly = to_log(ystar[keep], y)
-        slope, icpt = np.polyfit(lgx[keep], ly, 1)
-        resid = ly - (slope * lgx[keep] + icpt)
-        ss = float(np.sum((ly - ly.mean()) ** 2))
-        return float(slope), float(icpt), (1 - float(np.sum(resid**2)) / ss) if ss > 0 else 1.0
+        return np.log(np.maximum(_unscale(v, d), 1e-300))
 
     import warnings
 
@@ -479,33 +479,50 @@ def fit_power_law(ok: pd.DataFrame, x: str, y: str, *, params: Mapping[str, Mapp
 
     with warnings.catch_warnings(), threadpool_limits(1):
         warnings.simplefilter("ignore")
-        model = _surrogate(design, vals, seed, sem=sem)
-        ystar = _law_points(model, ref, ix, iy, gx, gy)
-        fit = regress(ystar)
-        if fit is None:
-            return replace(nan, note=f"the best {y} lies on the edge of its range at most values of {x} "
-                                     f"({len(ok)} usable trials): widen the range of {y}")
-        alphas = []
-        for b in range(n_boot):
-            idx = rng.integers(0, len(design), len(design))
-            boot = _surrogate(design[idx], vals[idx], seed, sem=None if sem is None else sem[idx],
-                              kernel=model.kernel_)
-            # the other params' values averaged over are data too: drawn from the resample
-            bref = design[idx] if len(idx) <= max_points else design[rng.choice(idx, max_points, replace=False)]
-            got = regress(_law_points(boot, bref, ix, iy, gx, gy))
-            if got is not None:
-                alphas.append(got[0])
-    slope, icpt, r2 = fit
-    lo, hi = -math.inf, math.inf
-    if len(alphas) >= 5:
-        # the wider of the percentile interval and the normal one (point ± 1.96 bootstrap sd): the
-        # refits keep the kernel's hyperparameters, whose own uncertainty is not resampled
-        sd = float(np.std(alphas, ddof=1))
-        lo = min(float(np.percentile(alphas, 2.5)), slope - 1.96 * sd)
-        hi = max(float(np.percentile(alphas, 97.5)), slope + 1.96 * sd)
-    keep = np.isfinite(ystar)
-    pts = tuple((float(math.exp(a)), float(math.exp(b))) for a, b in zip(lgx[keep], to_log(ystar[keep], y)))
-    return LawFit(x, y, "power", slope, min(lo, slope), max(hi, slope), float(math.exp(icpt)), r2, len(pts),
+        gp = gp or fit_surrogate(ok, params, cats, seed=seed, n_hyper=max(4, n_boot))
+        draws, mean = gp.draws(), gp.mean()
+    # the x grid of the surrogate, inside the range the trials covered
+    gx = _quad_value(np.arange(QUAD).astype(float))
+    lo_x, hi_x = float(_design(ok, params, cats)[0][:, ix].min()), float(_design(ok, params, cats)[0][:, ix].max())
+    cover = (gx >= lo_x - 0.5 / QUAD) & (gx <= hi_x + 0.5 / QUAD)
+    lgx = to_log(gx, x)
+
+    def ystar(comp: Mapping[tuple[int, ...], np.ndarray]) -> np.ndarray:
+        """(draws, x grid) the best y (scaled), NaN on the edge of y's range or outside the trials' x."""
+        key = (min(ix, iy), max(ix, iy))
+        inter = comp[key].reshape(-1, QUAD, QUAD)
+        if ix > iy:
+            inter = inter.transpose(0, 2, 1)
+        surf = inter + comp[(iy,)].reshape(-1, 1, QUAD)  # x's own main effect moves no minimum
+        pos, inner = _refined_argmin(surf, 1.0)
+        out = _quad_value(pos)
+        return np.where(inner & cover[None, :], out, np.nan)
+
+    def regress(ys: np.ndarray) -> tuple[float, float, float] | None:
+        keep = np.isfinite(ys)
+        if keep.sum() < LAW_MIN_POINTS:
+            return None
+        ly = to_log(ys[keep], y)
+        slope, icpt = np.polyfit(lgx[keep], ly, 1)
+        resid = ly - (slope * lgx[keep] + icpt)
+        ss = float(np.sum((ly - ly.mean()) ** 2))
+        return float(slope), float(icpt), (1 - float(np.sum(resid**2)) / ss) if ss > 0 else 1.0
+
+    central = ystar({c: v[None, :] for c, v in mean.items()})[0]
+    fit = regress(central)
+    per_draw = [regress(row) for row in ystar(draws)]
+    alphas = np.array([f[0] for f in per_draw if f is not None])
+    if fit is None or len(alphas) < 0.6 * len(per_draw):
+        inside = int(np.isfinite(central).sum())
+        return replace(nan, note=f"the best {y} lies inside its range at {inside} of {int(cover.sum())} values of {x} "
+                                 f"({len(ok)} usable trials; {LAW_MIN_POINTS} needed for a law): widen the range of "
+                                 f"{y}, or run more trials")
+    slope = float(np.median(alphas))
+    lo, hi = (float(v) for v in np.percentile(alphas, [2.5, 97.5]))
+    keep = np.isfinite(central)
+    icpt = float(np.mean(to_log(central[keep], y) - slope * lgx[keep]))
+    pts = tuple((float(math.exp(a)), float(math.exp(b))) for a, b in zip(lgx[keep], to_log(central[keep], y)))
+    return LawFit(x, y, "power", slope, min(lo, slope), max(hi, slope), float(math.exp(icpt)), fit[2], len(pts),
                   pts, len(ok))
 
 

@@ -411,6 +411,10 @@ def _finish(out: Any, workdir: Path, tracking_given: str | None, tracking: str) 
     if out.aborted:
         print(f"csweep: {out.aborted}", file=sys.stderr)
         return 1
+    if out.interrupted and out.signal == "SIGTERM":  # as a shell reports a process that SIGTERM ended
+        print(f"csweep: terminated (SIGTERM): the trials in flight ended FAIL 'interrupted', the reports are "
+              f"written; `csweep resume {out.study_name}` continues", file=sys.stderr)
+        return 143
     return 130 if out.interrupted else 0
 
 
@@ -466,7 +470,7 @@ def _stored_config(a: argparse.Namespace, study: Any, workdir: Path, storage: st
 
 def cmd_resume(a: argparse.Namespace) -> int:
     from . import _attrs as A
-    from ._runner import prepare_resume, run_sweep, write_study_reports
+    from ._runner import fresh_seed_offset, prepare_resume, run_sweep, unfinished_reruns, write_study_reports
     from ._tracking import SafeTracker
 
     workdir, storage, study = _open_existing(a)
@@ -474,12 +478,14 @@ def cmd_resume(a: argparse.Namespace) -> int:
     mlflow = None
     if study.user_attrs.get(A.PARENT_RUN):
         mlflow = SafeTracker(cfg.tracking_uri, a.study, artifact_root=cfg.artifact_root)
-    redo, remaining = prepare_resume(study, mlflow)
+    redo, remaining, attrs = prepare_resume(study, mlflow)
     if remaining == 0:
         out = write_study_reports(study, workdir, mlflow, study.user_attrs.get(A.PARENT_RUN))
         print(f"study {a.study}: nothing left to run ({len(study.trials)} trials); reports: {out}")
         return 0
-    cfg = dataclasses.replace(cfg, trials=remaining, enqueue=redo)
+    # an interrupted rerun-front goes on with seeds none of the study's trials used
+    offset = fresh_seed_offset(study) if unfinished_reruns(study, attrs) else 0
+    cfg = dataclasses.replace(cfg, trials=remaining, enqueue=redo, enqueue_attrs=attrs, seed_offset=offset)
     print(f"study {a.study}: resuming {remaining} trial(s), {len(redo)} of them re-runs of unfinished ones",
           file=sys.stderr)
     return _finish(run_sweep(cfg), workdir, a.tracking_uri, cfg.tracking_uri)
@@ -491,18 +497,16 @@ def cmd_rerun_front(a: argparse.Namespace) -> int:
     from reports import trials_frame, pareto_frame
 
     from . import _attrs as A
-    from ._runner import run_sweep
+    from ._runner import fresh_seed_offset, run_sweep
 
     front = pareto_frame(study, trials_frame(study))
     if front.empty:
         raise UsageError(f"study {a.study!r}: its Pareto front is empty (no usable COMPLETE trial to re-train)")
     by_number = {t.number: t for t in study.trials}
     configs = [dict(by_number[int(n)].params) for n in front["trial"]]
-    used = [s for t in study.trials for s in t.user_attrs.get(A.SEEDS, [])]
-    base = int(study.user_attrs.get(A.SETTINGS, {}).get("fixed", {}).get("seed", 0) or 0)
-    offset = (max(used) - base + 1) if used else 1
     cfg = _stored_config(a, study, workdir, storage, trials=len(configs), enqueue=configs,
-                         enqueue_attrs=[{A.RERUN_OF: int(n)} for n in front["trial"]], seed_offset=max(1, offset))
+                         enqueue_attrs=[{A.RERUN_OF: int(n)} for n in front["trial"]],
+                         seed_offset=fresh_seed_offset(study))
     cfg = dataclasses.replace(cfg, seeds=a.seeds)
     print(f"study {a.study}: re-training {len(configs)} front config(s) (trials "
           f"{', '.join(str(int(n)) for n in front['trial'])}) with {a.seeds} fresh seed(s) each", file=sys.stderr)
@@ -586,14 +590,64 @@ def cmd_ui(a: argparse.Namespace) -> int:
            "--host", a.host, "--port", str(a.port), "--workers", str(a.workers)]
     if a.tracking_uri is None:
         cmd += ["--default-artifact-root", (workdir / "mlartifacts").resolve().as_uri()]
-    import socket
+    import signal
     import subprocess
-    import time
 
     # browsing training runs needs none of MLflow 3's GenAI job runners (a job process and a
     # pool of consumers, each importing MLflow: most of the UI's start-up); a user's own setting wins
     env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
-    proc = subprocess.Popen(cmd, env=env)
+    # the server and its worker processes in a process group of their own, which goes down with
+    # this command however it ends (Ctrl-C, SIGTERM, the server's own exit): none is left on the port
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    terminated = []
+
+    def on_sigterm(*_: Any) -> None:
+        terminated.append(True)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        return _serve(proc, a, tracking)
+    except KeyboardInterrupt:
+        return 143 if terminated else 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        _stop_group(proc)
+
+
+def _stop_group(proc: Any) -> None:
+    """SIGTERM to the server's own process group (by its id), SIGKILL after 30 s."""
+    import signal
+    import subprocess
+
+    if proc.poll() is not None and not _group_alive(proc.pid):
+        return
+    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+        if not _group_alive(proc.pid):
+            return
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _serve(proc: Any, a: argparse.Namespace, tracking: str) -> int:
+    """Wait for the UI's server to listen, print where it is, then wait for it to end."""
+    import socket
+    import time
+
     # say where it is once it accepts connections (seconds: MLflow imports itself first)
     while proc.poll() is None:
         try:
@@ -615,12 +669,7 @@ def cmd_ui(a: argparse.Namespace) -> int:
                           flush=True)
         except Exception:  # noqa: BLE001 - the links are a convenience; the UI is up
             pass
-    try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        proc.terminate()
-        proc.wait(timeout=30)
-        return 0
+    return proc.wait()
 
 
 def cmd_pull(a: argparse.Namespace) -> int:

@@ -21,7 +21,7 @@ from ._result import Kind, TrialResult, combine, mlflow_record, replicate_seeds,
 from ._study import OBJECTIVES
 
 PREFETCH_BELOW_S = 0.5  # trials shorter than this (median of the last five) get a second one queued
-INTERRUPTED = "interrupted (SIGINT on the driver)"
+INTERRUPTED = "interrupted ({signal} on the driver)"
 
 
 class WorkerLost(Exception):
@@ -57,6 +57,7 @@ class Outcome:
     report_dir: Any = None
     parent_run_id: str = ""
     interrupted: bool = False
+    signal: str = ""  # the signal that interrupted it (SIGINT, SIGTERM)
     aborted: str = ""
 
     @property
@@ -95,7 +96,7 @@ class Driver:
         seeds: int = 1, seed_offset: int = 0, max_mem_mb: float | None = None, max_retries: int = 1,
         max_fail_share: float = 0.5, enqueue: Sequence[Mapping[str, Any]] = (),
         enqueue_attrs: Sequence[Mapping[str, Any]] = (),
-        stop: threading.Event | None = None, on_progress: Callable[[Outcome, int], None] | None = None,
+        stop: threading.Event | None = None, on_progress: Callable[[Outcome, dict[str, int]], None] | None = None,
         on_result: Callable[[int, TrialResult], None] | None = None,
         objectives: Sequence[str] = OBJECTIVES,
     ) -> None:
@@ -119,12 +120,16 @@ class Driver:
         self.generation = [0] * pool.size  # bumped when a worker is replaced
         self.running_seq: dict[tuple[int, int], int] = {}  # a dead (worker, generation) -> its running task
         self.durations: list[float] = []
+        self.progressed = False  # a trial was told since the progress was last shown
 
     # --- the loop ------------------------------------------------------------------------
     def run(self) -> Outcome:
         try:
             while not self.stop.is_set():
                 self.dispatch()
+                if self.progressed and self.on_progress is not None:  # told, and the workers refilled
+                    self.on_progress(self.outcome, self.in_progress())
+                self.progressed = False
                 if not self.in_flight:
                     break
                 timeout = 0.25 if self._record_run_ids() else 0.5
@@ -232,8 +237,14 @@ class Driver:
         else:
             o.failed += 1
         o.aborted = o.aborted or self._too_many_failures()
-        if self.on_progress is not None:
-            self.on_progress(o, len(self.open))
+        self.progressed = True
+
+    def in_progress(self) -> dict[str, int]:
+        """What is in flight, for the progress bar: `running`, the tasks (seed replicates) that
+        workers are executing now; `queued`, those waiting behind them on a worker; `configs`,
+        the trials (configs) asked and not yet told."""
+        running = sum(1 for n in self.load if n > 0)
+        return {"running": running, "queued": len(self.in_flight) - running, "configs": len(self.open)}
 
     def _too_many_failures(self) -> str:
         o = self.outcome
@@ -243,14 +254,14 @@ class Driver:
         return ""
 
     def interrupted(self) -> None:
-        """Ctrl-C: every trial asked and not told ends FAIL, marked for a resume to run again
+        """Ctrl-C or SIGTERM: every trial asked and not told ends FAIL, marked for a resume to run again
         (the pool's workers are killed by its owner, which ends their tasks)."""
         from optuna.trial import TrialState
 
         self.outcome.interrupted = True
         for owner in list(self.open):
             run_id = self._run_id(owner)
-            owner.trial.set_user_attr(A.FAIL_REASON, INTERRUPTED)
+            owner.trial.set_user_attr(A.FAIL_REASON, INTERRUPTED.format(signal=self.outcome.signal or "SIGINT"))
             owner.trial.set_user_attr(A.REPLACED, True)
             self.study.tell(owner.trial, state=TrialState.FAIL)
             if run_id:

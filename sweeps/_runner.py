@@ -27,7 +27,8 @@ from ._result import TrialResult
 from ._tracking import SAMPLES_DIR, SafeTracker, redact
 from ._workers import RayPool, in_ray_job, runtime_env, start_ray
 
-__all__ = ["Outcome", "RunConfig", "run_sweep", "prepare_resume", "write_study_reports", "counted_trials"]
+__all__ = ["Outcome", "RunConfig", "run_sweep", "prepare_resume", "write_study_reports", "counted_trials",
+           "fresh_seed_offset", "unfinished_reruns"]
 
 
 def quiet() -> None:
@@ -49,8 +50,11 @@ def is_replaced(study: Any, t: Any) -> bool:
 
 
 def counted_trials(study: Any) -> int:
-    """Trials that count toward the requested total: all but those replaced by a re-run."""
-    return sum(1 for t in study.trials if not is_replaced(study, t))
+    """Trials that count toward the requested total: all but those replaced by a re-run and those
+    enqueued and never started (WAITING: the next asks pop them)."""
+    from optuna.trial import TrialState
+
+    return sum(1 for t in study.trials if not is_replaced(study, t) and t.state != TrialState.WAITING)
 
 
 def cpus_per_trial(cfg: RunConfig) -> float:
@@ -184,26 +188,43 @@ def run_sweep(cfg: RunConfig) -> Outcome:
         seeds=cfg.seeds, seed_offset=cfg.seed_offset, max_mem_mb=cfg.max_mem_mb, max_retries=cfg.max_retries,
         max_fail_share=cfg.max_fail_share, enqueue=cfg.enqueue, enqueue_attrs=cfg.enqueue_attrs, stop=stop,
         objectives=cfg.objectives,
-        on_progress=(lambda o, running: _update(bar, study, o, running)) if bar is not None else None,
+        on_progress=(lambda o, flight: _update(bar, study, o, flight, cfg.seeds)) if bar is not None else None,
         on_result=lambda number, result: keep_samples(samples_dir(cfg.workdir, cfg.study_name), number, result),
     )
-    # Ctrl-C sets a flag that the loop reads between steps, so that it never lands between an
-    # ask and the submit, or between a result and its tell
+    # Ctrl-C and SIGTERM (what Slurm's scancel, Kubernetes, `timeout` and supervisors send) set a
+    # flag that the loop reads between steps, so that it never lands between an ask and the
+    # submit, or between a result and its tell; installed after Ray's start, whose own SIGTERM
+    # handler prints a C-level stack and kills the driver with trials left RUNNING
+    def on_signal(signum: int, _frame: Any) -> None:
+        driver.outcome.signal = driver.outcome.signal or signal.Signals(signum).name
+        stop.set()
+
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            previous[sig] = signal.signal(sig, on_signal)
+        except ValueError:  # not the main thread: Ctrl-C arrives as KeyboardInterrupt
+            break
     try:
-        previous = signal.signal(signal.SIGINT, lambda *_: stop.set())
-    except ValueError:  # not the main thread: Ctrl-C arrives as KeyboardInterrupt
-        previous = None
-    try:
-        outcome = driver.run()
+        try:
+            outcome = driver.run()
+        finally:
+            if bar is not None:
+                bar.close()
+            pool.close()
+            lane_error = log.close()
+            if lane_error:
+                mlflow.error = mlflow.error or lane_error
+        _end_run(cfg, study, mlflow, parent, outcome)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
-        if bar is not None:
-            bar.close()
-        pool.close()
-        lane_error = log.close()
-        if lane_error:
-            mlflow.error = mlflow.error or lane_error
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return outcome
+
+
+def _end_run(cfg: RunConfig, study: Any, mlflow: SafeTracker, parent: str, outcome: Outcome) -> None:
+    """The run's reports and its parent run's end (with the signals still caught: a second
+    SIGTERM while the reports are written does not lose them)."""
     outcome.parent_run_id = parent
     outcome.study_trials = len(study.trials)
     summary: dict[str, Any] = {}
@@ -214,7 +235,6 @@ def run_sweep(cfg: RunConfig) -> Outcome:
     line = mlflow.unreachable_line(cfg.study_name)
     if line:
         print(line, file=sys.stderr)
-    return outcome
 
 
 def parent_metrics(summary: dict[str, Any]) -> dict[str, float]:
@@ -257,19 +277,42 @@ def prepare_resume(study: Any, mlflow: SafeTracker | None) -> tuple[list[dict[st
             if run_id:
                 study.set_user_attr(A.SYNCED_RUNS, {**study.user_attrs.get(A.SYNCED_RUNS, {}), str(t.number): run_id})
         mlflow.end_stale(run_id, reason)
-    redo, seen = [], set()
+    redo, attrs, seen = [], [], set()
     requeued = set(study.user_attrs.get(A.REQUEUED, []))
+    sampled = set((study.user_attrs.get(A.SPACE) or {}).get("params", {}))
     for t in study.trials:
         if is_replaced(study, t) and t.number not in requeued:
             requeued.add(t.number)
+            if not sampled <= set(t.params):
+                # the driver died while `ask` was writing this trial's parameters: a partial set
+                # is no config of the study; its slot is sampled afresh (it counts as replaced)
+                continue
             key = json.dumps(t.params, sort_keys=True, default=str)
             if key not in seen:
                 seen.add(key)
                 redo.append(dict(t.params))
+                # a re-run of `csweep rerun-front` stays one: it names the trial it re-trains
+                attrs.append({A.RERUN_OF: t.user_attrs[A.RERUN_OF]} if A.RERUN_OF in t.user_attrs else {})
     study.set_user_attr(A.REQUEUED, sorted(requeued))
     target = int(study.user_attrs.get(A.TARGET_TRIALS, counted_trials(study)))
     remaining = max(0, target - counted_trials(study))
-    return redo, remaining
+    return redo, remaining, attrs
+
+
+def fresh_seed_offset(study: Any) -> int:
+    """The replicate-seed offset past every seed the study's trials used (rerun-front's fresh seeds)."""
+    used = [s for t in study.trials for s in t.user_attrs.get(A.SEEDS, [])]
+    base = int(study.user_attrs.get(A.SETTINGS, {}).get("fixed", {}).get("seed", 0) or 0)
+    return max(1, (max(used) - base + 1) if used else 1)
+
+
+def unfinished_reruns(study: Any, attrs: list[dict[str, Any]]) -> bool:
+    """Whether a resume completes an interrupted `csweep rerun-front`: re-runs re-queued, or
+    enqueued and never started."""
+    from optuna.trial import TrialState
+
+    return any(A.RERUN_OF in a for a in attrs) or any(
+        t.state == TrialState.WAITING and A.RERUN_OF in t.user_attrs for t in study.trials)
 
 
 def samples_dir(workdir: Path, study_name: str) -> Path:
@@ -309,7 +352,11 @@ def _progress(cfg: RunConfig) -> Any:
     return tqdm(total=cfg.trials, desc=cfg.study_name, unit="trial", file=sys.stderr, dynamic_ncols=True)
 
 
-def _update(bar: Any, study: Any, outcome: Outcome, running: int) -> None:
+def _update(bar: Any, study: Any, outcome: Outcome, flight: dict[str, int], seeds: int) -> None:
+    """The bar counts trials (configs); `running` counts the runs workers are executing now (a
+    config's seed replicates each one), and with --seeds K > 1 `configs` the trials they belong to."""
+    more = {"configs": flight["configs"]} if seeds > 1 else {}
     bar.set_postfix(done=outcome.completed, failed=outcome.failed, oom=outcome.out_of_memory,
-                    pruned=outcome.pruned, running=running, front=len(study.best_trials), refresh=False)
-    bar.update(1)
+                    pruned=outcome.pruned, running=flight["running"], **more, queued=flight["queued"],
+                    front=len(study.best_trials), refresh=False)
+    bar.update(outcome.done - bar.n)  # several trials may be told between two updates

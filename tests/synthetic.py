@@ -85,3 +85,27 @@ def categorical_study(seed: int, *, n: int = 80, noise: float = 0.02) -> pd.Data
     val = (np.log10(x["lr"]) - centre) ** 2 + 0.5 * x["decay"]
     val = val + 2.0 * ((x["targets"] == "unet") == (x["init_from"] == "random"))
     return frame(x, val + rng.normal(0, noise, n))
+
+
+def moderate_study(seed: int, *, n: int = 20, coupled: bool = True, share: float = 0.12, snr: float = 2.8,
+                   n_seeds: int = 1, x: dict[str, np.ndarray] | None = None) -> pd.DataFrame:
+    """Four knobs on [0, 1]: warm and sigma act alone and, when `coupled`, also through a pure
+    interaction carrying `share` of the noise-free variance; lr (curved) and decay (linear) act
+    alone beside them. Seed noise so that the configs' spread is `snr` times it; the trial's
+    value is the mean of `n_seeds` seeds. `x`: the configs (else uniform at random)."""
+    rng = np.random.default_rng(seed)
+    x = x if x is not None else {k: rng.uniform(0, 1, n) for k in UNIT_SPACE}
+    n = len(x["warm"])
+    additive = 3 * (1 / 48) + 4 / 180  # variances of the three linear terms and the curved one
+    c5 = math.sqrt(144 * share * additive / (1 - share)) if coupled else 0.0
+    total = additive + c5**2 / 144
+    noise = math.sqrt(total) / snr
+    val = (0.5 * (x["warm"] - 0.5) + 0.5 * (x["sigma"] - 0.5) + 2 * (x["lr"] - 0.5) ** 2 + 0.5 * x["decay"]
+           + c5 * (x["warm"] - 0.5) * (x["sigma"] - 0.5))
+    val = val + rng.normal(0, noise / math.sqrt(n_seeds), n)
+    sem = np.full(n, noise / math.sqrt(n_seeds)) if n_seeds > 1 else None
+    return frame(x, val, sem=sem, n_seeds=n_seeds)
+
+
+def true_share(share: float = 0.12) -> float:
+    return share

@@ -27,7 +27,7 @@ def study() -> optuna.Study:
 def drive(pool: FakePool, *, trials: int, st: optuna.Study | None = None, **kw):
     st = st or study()
     log = FakeLog()
-    driver = Driver(st, pool, log, trials=trials, distributions=DISTS, **kw)
+    driver = Driver(st, pool, log, trials=trials, **{"distributions": DISTS, **kw})
     return st, log, driver, driver.run()
 
 
@@ -244,3 +244,50 @@ def test_enqueued_configs_run_first_and_carry_their_attrs():
     assert out.completed == 3
     assert [t.params["x"] for t in st.trials[:2]] == [0.25, 0.75]
     assert [t.user_attrs.get(A.RERUN_OF) for t in st.trials] == [7, 9, None]
+
+
+def test_the_progress_counts_the_replicates_running_not_the_configs():
+    """--workers 2 --seeds 2: both workers busy with one config's two replicates reads running=2."""
+    seen = []
+    pool = FakePool(2, lambda p, n: (1.0, ok(p["x"])))
+    drive(pool, trials=3, seeds=2, on_progress=lambda o, flight: seen.append(dict(flight)))
+    assert len(seen) == 3
+    assert seen[0] == {"running": 2, "queued": 0, "configs": 1}  # the second config's replicates
+    assert seen[-1] == {"running": 0, "queued": 0, "configs": 0}
+
+
+def _stored_space_study(names):
+    from optuna.storages import InMemoryStorage
+
+    st = optuna.create_study(storage=InMemoryStorage(), directions=["minimize", "minimize"],
+                             sampler=optuna.samplers.RandomSampler(seed=0))
+    st.set_user_attr(A.SPACE, {"params": {n: {"type": "float", "low": 0.0, "high": 1.0} for n in names}})
+    st.set_user_attr(A.TARGET_TRIALS, 4)
+    return st
+
+
+def test_a_resume_requeues_a_stale_trial_only_when_its_parameters_are_complete():
+    """A driver killed while `ask` wrote a trial's parameters leaves it RUNNING with some of them:
+    the resume fails it and samples that slot afresh; a whole stale config is run again as it was."""
+    from optuna.distributions import FloatDistribution as F
+
+    from sweeps._runner import prepare_resume
+
+    st = _stored_space_study(["x", "y"])
+    dists = {"x": F(0.0, 1.0), "y": F(0.0, 1.0)}
+    done = st.ask(dists)
+    st.tell(done, [0.1, 1.0])
+    whole = st.ask(dists)  # stale, with both parameters
+    partial = st.ask({"x": F(0.0, 1.0)})  # stale, `y` never written
+    redo, remaining, attrs = prepare_resume(st, None)
+    assert attrs == [{}]
+    assert redo == [whole.params]
+    assert remaining == 3  # 4 wanted, 1 done: the partial one's slot is sampled afresh
+    assert {t.number: t.state for t in st.trials} == {0: TrialState.COMPLETE, 1: TrialState.FAIL,
+                                                       2: TrialState.FAIL}
+    # the resumed run: the whole config first, then fresh ones; every trial has both parameters
+    pool = FakePool(2, lambda p, n: (1.0, ok(p["x"])))
+    drive(pool, trials=remaining, st=st, enqueue=redo, distributions=dists)
+    fresh = [t for t in st.trials if t.number > partial.number]
+    assert fresh[0].params == whole.params
+    assert all(set(t.params) == {"x", "y"} for t in fresh) and len(fresh) == 3

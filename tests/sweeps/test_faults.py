@@ -180,3 +180,78 @@ def test_a_sweep_whose_trials_keep_failing_stops_with_a_message(analytic_project
     study, _ = load(analytic_project)
     # stopped after 4 finished, with what was in flight (short trials: up to 2 per worker)
     assert 4 <= len(study.trials) <= 8
+
+
+def test_sigterm_stops_as_ctrl_c_does_with_reports_and_exit_143(analytic_project, csweep):
+    """SIGTERM is what Slurm's scancel, Kubernetes and `timeout` send: the trials in flight end FAIL
+    'interrupted', the reports are written, one line says so, exit 143, and a resume finishes."""
+    proc = _popen(analytic_project, "run", "analytic.yaml", "--trials", "6", "--workers", "2",
+                  "--set", "sleep=2", "--no-progress")
+    _wait_for(lambda: _states(analytic_project).get("COMPLETE", 0) >= 1
+              and _states(analytic_project).get("RUNNING", 0) >= 1)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 143, err
+    assert "SIGTERM received" not in err and "PC: @" not in err  # no C-level stack
+    assert [line for line in err.splitlines() if line.strip()] == [
+        line for line in err.splitlines() if line.startswith("csweep: terminated (SIGTERM)")]
+    assert "csweep resume analytic" in err
+    states = _states(analytic_project)
+    assert "RUNNING" not in states and states.get("FAIL", 0) >= 1
+    study, client = load(analytic_project)
+    failed = [t for t in study.trials if t.state.name == "FAIL"]
+    assert all(t.user_attrs[A.FAIL_REASON] == "interrupted (SIGTERM on the driver)" for t in failed)
+    assert (analytic_project / "csweep_runs/reports/analytic/index.html").is_file()
+    assert "RUNNING" not in {r.info.status for r in child_runs(client)[0]}
+    res = csweep("resume", "analytic", "--workers", "2", "--no-progress")
+    assert res.returncode == 0, res.stderr
+    assert _states(analytic_project).get("COMPLETE") == 6
+
+
+def test_an_interrupted_rerun_front_resumes_with_fresh_seeds(analytic_project, csweep):
+    res = csweep("run", "analytic.yaml", "--trials", "8", "--workers", "2", "--seeds", "2", "--sampler", "random",
+                 "--seed", "1", "--set", "sleep=0.7", "--no-progress")
+    assert res.returncode == 0, res.stderr
+    study, _ = load(analytic_project)
+    front = [t.number for t in study.best_trials]
+    assert len(front) >= 2  # enough configs that an interruption lands between them
+    proc = _popen(analytic_project, "rerun-front", "analytic", "--seeds", "2", "--workers", "1", "--no-progress")
+    _wait_for(lambda: _states(analytic_project).get("COMPLETE", 0) >= 9)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=90)
+    assert proc.returncode == 130
+    res = csweep("resume", "analytic", "--workers", "2", "--no-progress")
+    assert res.returncode == 0, res.stderr
+    study, _ = load(analytic_project)
+    reruns = [t for t in study.trials if t.state.name == "COMPLETE" and A.RERUN_OF in t.user_attrs]
+    assert sorted(t.user_attrs[A.RERUN_OF] for t in reruns) == sorted(front)  # each front config once
+    original = {s for t in study.trials[:8] for s in t.user_attrs.get(A.SEEDS, [])}
+    assert original == {0, 1}
+    for t in reruns:  # fresh seeds, also for those the resume ran
+        assert not set(t.user_attrs[A.SEEDS]) & original, (t.number, t.user_attrs[A.SEEDS])
+    assert _states(analytic_project).get("RUNNING", 0) == 0 and "WAITING" not in _states(analytic_project)
+
+
+def test_sigterm_on_csweep_ui_takes_its_server_down(analytic_project, csweep):
+    import socket
+
+    res = csweep("run", "analytic.yaml", "--trials", "2", "--no-progress")
+    assert res.returncode == 0, res.stderr
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = _popen(analytic_project, "ui", "--port", str(port))
+    for line in proc.stdout:  # MLflow prints lines of its own first
+        if line.startswith("MLflow UI:"):
+            break
+    else:
+        raise AssertionError(f"the UI never said where it is: exit {proc.wait()}")
+    family = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+    assert family
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    assert proc.returncode == 143
+    gone, alive = psutil.wait_procs([psutil.Process(p) for p in family if psutil.pid_exists(p)], timeout=30)
+    assert not alive, alive
+    with socket.socket() as s:  # the port is free again
+        s.bind(("127.0.0.1", port))

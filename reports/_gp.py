@@ -1,0 +1,232 @@
+"""A fully Bayesian Gaussian-process surrogate for the coupling and law analyses.
+
+At 10-40 trials most of what a study does not know about its response surface is the
+surrogate's own hyperparameters (which knobs matter, how smooth the surface is, how much is
+noise, whether two knobs interact). A single fitted GP, or a bootstrap that keeps the first fit's
+length scales, hides that and gives intervals far too narrow; a product kernel's prior also
+leans towards additive fits at small N, and that lean was read as "no sign of coupling". Here:
+
+1. the kernel is a second-order *orthogonal* additive one (functional ANOVA; Duvenaud et al.
+   2011, Lu et al. 2022): k = c + sum_i s_i^2 k~_i + sum_{i<j} s_ij^2 k~_i k~_j, where each k~_i
+   is a Matern 5/2 on knob i alone, centred to integrate to zero over the knob's range (uniform,
+   on a quadrature grid; a categorical knob's levels equally weighted). Its components are then
+   the ANOVA terms themselves: the variance of the (i, j) component over the space *is* the
+   pair's pure interaction, and each pair has an interaction variance s_ij^2 of its own, under
+   a wide prior centred on the coupled line, so the trials, not the kernel's form, say whether
+   a pair interacts;
+2. the hyperparameters are drawn from their posterior under log-normal priors, by elliptical
+   slice sampling of the exact marginal likelihood (Murray, Adams & MacKay 2010), as fully
+   Bayesian GPs in BoTorch/Ax draw theirs with NUTS;
+3. for each hyperparameter draw, every component is drawn jointly on its grid by pathwise
+   conditioning (Wilson et al. 2020: exact prior draws at the grid and the trials, updated with
+   the exact kernel), so that each draw gives every pair's share of the variance, every knob's
+   best value and every law's exponent: their posteriors are the spread over draws, as in Ax's
+   SobolSensitivityGPSampling.
+
+Numpy only. A study of any size conditions on at most `MAX_FIT` trials (a seeded random subset
+beyond), so that a report's cost stops growing with the study.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+MAX_FIT = 150  # trials the surrogate conditions on (a seeded random subset beyond)
+QUAD = 12  # grid points per numeric knob: the measure the variance is taken over
+SQRT5 = math.sqrt(5.0)
+JITTER = 1e-6
+# priors, in log space, for inputs scaled to [0, 1] and standardised y
+LOG_LS_PRIOR = (math.log(0.5), 1.0)  # a knob's length scale: median 0.5, 95% within [0.07, 3.6]
+LOG_MAIN = (None, 1.5)  # a knob's main-effect variance: median 1/knobs
+LOG_PAIR = (math.log(0.05), 2.0)  # a pair's interaction variance: median at the coupled line, wide
+LOG_NOISE = (math.log(0.05), 1.5)
+LOG_CONST = (0.0, 1.0)
+
+
+def _m52(d2: np.ndarray) -> np.ndarray:
+    r = np.sqrt(np.maximum(d2, 0.0))
+    return (1.0 + SQRT5 * r + (5.0 / 3.0) * d2) * np.exp(-SQRT5 * r)
+
+
+def _sqdist(x1: np.ndarray, x2: np.ndarray) -> np.ndarray:
+    return np.maximum((x1 * x1).sum(1)[:, None] + (x2 * x2).sum(1)[None, :] - 2.0 * x1 @ x2.T, 0.0)
+
+
+@dataclass(frozen=True)
+class Hyper:
+    ls: np.ndarray  # per knob
+    main: np.ndarray  # main-effect variance per knob
+    pair: np.ndarray  # interaction variance per pair of knobs (BayesGP.pairs)
+    noise: float  # extra noise variance beyond the measured seed noise (standardised units)
+    const: float
+
+
+class BayesGP:
+    """Posterior over the ANOVA components of val_loss given trials `x` (n, k) in the unit design
+    space and values `y`. `groups`: the design columns of each knob; `categorical`: which knobs
+    are one-hot (their grid is their levels). `sem`: each trial's measured standard error."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, groups: list[list[int]], *, categorical: list[bool],
+                 sem: np.ndarray | None = None, n_hyper: int = 24, seed: int = 0, burn: int = 200,
+                 thin: int = 3) -> None:
+        rng = np.random.default_rng(seed)
+        if len(x) > MAX_FIT:
+            keep = rng.choice(len(x), MAX_FIT, replace=False)
+            x, y = x[keep], y[keep]
+            sem = None if sem is None else sem[keep]
+        self.x = np.asarray(x, dtype=float)
+        self.mu, self.sd = float(np.mean(y)), float(np.std(y)) or 1.0
+        self.y = (np.asarray(y, dtype=float) - self.mu) / self.sd
+        self.known = np.zeros(len(y)) if sem is None else (np.asarray(sem, dtype=float) / self.sd) ** 2
+        self.groups = [list(g) for g in groups]
+        self.pairs = [(i, j) for i in range(len(groups)) for j in range(i + 1, len(groups))]
+        # each knob's grid, in its own design columns
+        self.grid = [np.eye(len(g)) if cat else ((np.arange(QUAD) + 0.5) / QUAD)[:, None]
+                     for g, cat in zip(self.groups, categorical)]
+        self.rng = rng
+        xs = [self.x[:, g] for g in self.groups]
+        self._dxx = [_sqdist(v, v) for v in xs]
+        self._dxq = [_sqdist(v, q) for v, q in zip(xs, self.grid)]
+        self._dqq = [_sqdist(q, q) for q in self.grid]
+        self.hypers = self._sample_hypers(n_hyper, burn, thin)
+
+    # --- the centred kernel --------------------------------------------------------------
+    def _centred(self, g: int, ls: float, d12: np.ndarray, d1q: np.ndarray, d2q: np.ndarray) -> np.ndarray:
+        """k~_g(p1, p2) = (k(p1, p2) - mean_q k(p1, q) mean_q k(q, p2) / mean_qq k(q, q')) / v, where v,
+        the centred kernel's mean variance over the grid, makes a component's variance over the
+        space its own hyperparameter whatever its smoothness (a smooth centred draw varies
+        little: without v, long length scales would shrink every interaction and the prior on a
+        pair's share would lean towards "no sign")."""
+        s = ls * ls
+        kq = _m52(self._dqq[g] / s)
+        mq = kq.mean(1)
+        v = max(float(np.mean(np.diag(kq) - mq * mq / mq.mean())), 1e-9)
+        return (_m52(d12 / s) - np.outer(_m52(d1q / s).mean(1), _m52(d2q / s).mean(1)) / mq.mean()) / v
+
+    def _per_knob_xx(self, h: Hyper) -> list[np.ndarray]:
+        return [self._centred(g, h.ls[g], self._dxx[g], self._dxq[g], self._dxq[g]) for g in range(len(self.groups))]
+
+    def _combine(self, ks: list[np.ndarray], h: Hyper) -> np.ndarray:
+        out = h.const + sum(h.main[g] * k for g, k in enumerate(ks))
+        for p, (i, j) in enumerate(self.pairs):
+            out = out + h.pair[p] * ks[i] * ks[j]
+        return out
+
+    def _kxx(self, h: Hyper) -> np.ndarray:
+        k = self._combine(self._per_knob_xx(h), h)
+        k[np.diag_indices_from(k)] += h.noise + self.known + JITTER
+        return k
+
+    # --- hyperparameters ---------------------------------------------------------------
+    def _prior(self) -> tuple[np.ndarray, np.ndarray]:
+        g, p = len(self.groups), len(self.pairs)
+        main = math.log(1.0 / g)
+        mean = np.array([LOG_LS_PRIOR[0]] * g + [main] * g + [LOG_PAIR[0]] * p + [LOG_NOISE[0], LOG_CONST[0]])
+        sd = np.array([LOG_LS_PRIOR[1]] * g + [LOG_MAIN[1]] * g + [LOG_PAIR[1]] * p + [LOG_NOISE[1], LOG_CONST[1]])
+        return mean, sd
+
+    def _unpack(self, theta: np.ndarray) -> Hyper:
+        g, p = len(self.groups), len(self.pairs)
+        e = np.exp(theta)
+        return Hyper(e[:g], e[g:2 * g], e[2 * g:2 * g + p], float(e[-2]), float(e[-1]))
+
+    def _loglik(self, theta: np.ndarray) -> float:
+        try:
+            chol = np.linalg.cholesky(self._kxx(self._unpack(theta)))
+        except np.linalg.LinAlgError:
+            return -math.inf
+        alpha = np.linalg.solve(chol, self.y)
+        return float(-0.5 * alpha @ alpha - np.log(np.diag(chol)).sum())
+
+    def _sample_hypers(self, n: int, burn: int, thin: int) -> list[Hyper]:
+        """Elliptical slice sampling under the Gaussian (log-space) prior."""
+        mean, sd = self._prior()
+        theta = mean.copy()
+        ll = self._loglik(theta)
+        out = []
+        for it in range(burn + n * thin):
+            nu = self.rng.normal(0.0, 1.0, len(mean)) * sd
+            level = ll + math.log(self.rng.uniform())
+            phi = self.rng.uniform(0.0, 2 * math.pi)
+            lo, hi = phi - 2 * math.pi, phi
+            for _ in range(60):
+                prop = mean + (theta - mean) * math.cos(phi) + nu * math.sin(phi)
+                lp = self._loglik(prop)
+                if lp > level:
+                    theta, ll = prop, lp
+                    break
+                if phi < 0:
+                    lo = phi
+                else:
+                    hi = phi
+                phi = self.rng.uniform(lo, hi)
+            if it >= burn and (it - burn) % thin == 0:
+                out.append(self._unpack(theta))
+        return out
+
+    # --- component draws -------------------------------------------------------------------
+    def component_grid(self, comp: tuple[int, ...]) -> np.ndarray:
+        """The grid of a component (one knob, or a pair: the product of their grids), as the
+        indices of each knob's grid point: (points, len(comp))."""
+        axes = [np.arange(len(self.grid[g])) for g in comp]
+        return np.stack([a.ravel() for a in np.meshgrid(*axes, indexing="ij")], axis=1)
+
+    def draws(self, per_hyper: int = 8) -> dict[tuple[int, ...], np.ndarray]:
+        """Posterior draws of every component on its grid: {component: (draws, grid points)}, in
+        standardised units (multiply by `sd` for y's). Components: (i,) per knob, (i, j) per pair."""
+        comps = [(g,) for g in range(len(self.groups))] + list(self.pairs)
+        out: dict[tuple[int, ...], list[np.ndarray]] = {c: [] for c in comps}
+        n = len(self.x)
+        for h in self.hypers:
+            kx = self._per_knob_xx(h)
+            kxx = self._combine(kx, h)
+            noise = h.noise + self.known
+            kxx[np.diag_indices_from(kxx)] += noise + JITTER
+            try:
+                chol = np.linalg.cholesky(kxx)
+            except np.linalg.LinAlgError:
+                continue
+            # per knob: the centred kernel between grid and trials, grid and grid
+            kqx = [self._centred(g, h.ls[g], self._dxq[g].T, self._dqq[g], self._dxq[g])
+                   for g in range(len(self.groups))]
+            kqq = [self._centred(g, h.ls[g], self._dqq[g], self._dqq[g], self._dqq[g])
+                   for g in range(len(self.groups))]
+            # the constant term: one value per draw, the same at every trial
+            prior_x = np.repeat(self.rng.normal(0.0, 1.0, (1, per_hyper)) * math.sqrt(h.const), n, axis=0)
+            grids: dict[tuple[int, ...], np.ndarray] = {}
+            crosses: dict[tuple[int, ...], np.ndarray] = {}
+            for c in comps:
+                idx = self.component_grid(c)
+                var = h.main[c[0]] if len(c) == 1 else h.pair[self.pairs.index(c)]
+                k_gg = np.prod([kqq[g][np.ix_(idx[:, a], idx[:, a])] for a, g in enumerate(c)], axis=0)
+                k_gx = np.prod([kqx[g][idx[:, a]] for a, g in enumerate(c)], axis=0)
+                k_xx = np.prod([kx[g] for g in c], axis=0)
+                joint = var * np.block([[k_gg, k_gx], [k_gx.T, k_xx]])
+                joint[np.diag_indices_from(joint)] += JITTER
+                vals, vecs = np.linalg.eigh(joint)  # centred kernels are singular: no Cholesky
+                draw = (vecs * np.sqrt(np.clip(vals, 0.0, None))) @ self.rng.normal(0.0, 1.0, (len(joint), per_hyper))
+                grids[c], crosses[c] = draw[:len(idx)], var * k_gx
+                prior_x = prior_x + draw[len(idx):]
+            eps = self.rng.normal(0.0, 1.0, (n, per_hyper)) * np.sqrt(noise)[:, None]
+            alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, self.y[:, None] - prior_x - eps))
+            for c in comps:
+                out[c].append((grids[c] + crosses[c] @ alpha).T)
+        return {c: np.concatenate(v, axis=0) for c, v in out.items()}
+
+    def mean(self) -> dict[tuple[int, ...], np.ndarray]:
+        """The posterior mean of every component on its grid (standardised units), averaged over
+        the hyperparameter draws."""
+        comps = [(g,) for g in range(len(self.groups))] + list(self.pairs)
+        acc = {c: 0.0 for c in comps}
+        for h in self.hypers:
+            alpha = np.linalg.solve(self._kxx(h), self.y)
+            kqx = [self._centred(g, h.ls[g], self._dxq[g].T, self._dqq[g], self._dxq[g])
+                   for g in range(len(self.groups))]
+            for c in comps:
+                idx = self.component_grid(c)
+                var = h.main[c[0]] if len(c) == 1 else h.pair[self.pairs.index(c)]
+                acc[c] = acc[c] + var * np.prod([kqx[g][idx[:, a]] for a, g in enumerate(c)], axis=0) @ alpha
+        return {c: v / len(self.hypers) for c, v in acc.items()}
