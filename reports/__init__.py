@@ -16,7 +16,7 @@ from ._analysis import (
     pareto_mask,
     reference_point,
 )
-from ._report import REFERENCE_RULE, analyse, data_mismatch, write_comparison, write_study_report
+from ._report import REFERENCE_RULE, analyse, data_mismatch, decision_looks, write_comparison, write_study_report
 from ._tables import converged, pareto_frame, trials_frame, usable
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "converged",
     "coupling_analysis",
     "data_mismatch",
+    "decision_looks",
     "fit_power_law",
     "front_probability",
     "hypervolume",

@@ -322,13 +322,15 @@ def coupling_analysis(
     seed: int = 0,
     pairs: Sequence[tuple[str, str]] | None = None,
     gp: Any = None,
+    level: float = 0.95,
 ) -> list[Coupling]:
     """For every pair of sampled params (numeric and categorical; or only `pairs`), the share of
     val_loss variance over the search space carried by the pair's pure interaction (its
     second-order functional ANOVA term), on posterior draws of a fully Bayesian orthogonal
     ANOVA GP (reports._gp): the median over draws and a 95% posterior interval that carries the
     surrogate's own uncertainty, hyperparameters included; strongest first. `n_boot`:
-    hyperparameter draws (8 function draws each). `gp`: a surrogate fitted before (fit_surrogate)."""
+    hyperparameter draws (8 function draws each). `gp`: a surrogate fitted before (fit_surrogate).
+    `level`: of the intervals (--until-decisive looks at 0.99)."""
     categorical = {k: list(v) for k, v in (categorical or {}).items() if len(v) >= 2}
     ok = ok.dropna(subset=["val_loss", *params, *categorical])
     names = list(params) + list(categorical)
@@ -359,7 +361,8 @@ def coupling_analysis(
     for a, b in all_pairs:
         ia, ib = index[a], index[b]
         shares = np.nan_to_num(var[(ia, ib)] / total)
-        med, lo, hi = (float(v) for v in np.percentile(shares, [50, 2.5, 97.5]))
+        tail = 50 * (1 - level)
+        med, lo, hi = (float(v) for v in np.percentile(shares, [50, tail, 100 - tail]))
         kinds = ["categorical" if p in categorical else "numeric" for p in (a, b)]
         kind, a_name, b_name = " x ".join(kinds), a, b
         if kinds == ["numeric", "categorical"]:  # the categorical knob first
@@ -380,8 +383,8 @@ def coupling_analysis(
                 cat, num, surf = b, a, surf.transpose(0, 2, 1)
             pos, _ = _refined_argmin(surf, 1.0)  # (draws, levels)
             rows = []
-            for level, name in enumerate(categorical[cat]):
-                best = _quad_value(np.percentile(pos[:, level], [50, 2.5, 97.5]))
+            for i_level, name in enumerate(categorical[cat]):
+                best = _quad_value(np.percentile(pos[:, i_level], [50, 2.5, 97.5]))
                 rows.append((str(name), *(float(_unscale(np.array(v), params[num])) for v in best)))
             by_level = tuple(rows)
         elif a in params and b in params:

@@ -42,6 +42,12 @@ def render_page(rep: Any, *, images: Mapping[str, Path], figure: Any, tracking_u
     couplings = "".join(f"<li>{esc(c.sentence())}</li>" for c in rep.couplings) or (
         "<li>Not enough completed trials with numeric parameters for a coupling analysis yet.</li>")
     laws = "".join(f"<li>{esc(f.sentence())}</li>" for f in rep.laws) or "<li>The space declares no laws.</li>"
+    # what a user may do: the decided verdicts first, then what the trials cannot decide yet
+    decided = [c for c in rep.couplings if c.decided]
+    undecided = [c for c in rep.couplings if not c.decided]
+    conclusions = "".join(f"<li class='decided'>{esc(c.advice())}</li>" for c in decided)
+    conclusions += "".join(f"<li class='law'>{esc(f.sentence())}</li>" for f in rep.laws if f.alpha == f.alpha)
+    conclusions += "".join(f"<li class='undecided'>{esc(c.advice())}</li>" for c in undecided)
     from ._analysis import coupling_frame, scaling_frame
 
     parts = [
@@ -52,6 +58,9 @@ def render_page(rep: Any, *, images: Mapping[str, Path], figure: Any, tracking_u
         f"<div class='cards'><div class='card'>trials<b>{s['n_trials']}</b></div>{counts}"
         f"<div class='card'>Pareto front<b>{s['pareto_size']}</b></div>"
         f"<div class='card'>hypervolume<b>{hv}</b></div></div>",
+        "<h2>Conclusions</h2>",
+        f"<ul class='conclusions'>{conclusions}</ul>" if conclusions else
+        "<p>Not enough usable trials for a coupling verdict yet.</p>",
         f"<p class='muted'>Hypervolume reference point ({esc(s['reference_point_rule'])}): [{ref}].</p>",
         f"<p>Training health: {health}.</p>" if health else "",
         "<h2>Seed noise</h2>", "".join(f"<p>{esc(x)}</p>" for x in rep.sentences),
@@ -63,8 +72,9 @@ def render_page(rep: Any, *, images: Mapping[str, Path], figure: Any, tracking_u
         html_table(rep.front, tracking_uri=tracking_uri, experiment_id=experiment_id), "</div>",
         gallery,
         "<h2>Coupling</h2><p class='muted'>Share of val_loss variance due to each pair's interaction "
-        "(second-order functional ANOVA term on a Gaussian-process surrogate of the usable trials that "
-        "converged, categorical knobs one-hot, 95% bootstrap interval), strongest first. For a categorical knob "
+        "(second-order functional ANOVA term of a fully Bayesian Gaussian-process surrogate of the usable trials that "
+        "converged, over the whole search space; categorical knobs one-hot; 95% posterior interval, the surrogate's "
+        "hyperparameters drawn too), strongest first. Coupled: the interval starts above 5%; no sign: it ends below. For a categorical knob "
         "against a numeric one, the numeric knob's best value per level.</p>",
         f"<p class='left-out'>{esc(rep.fit_note)}</p>" if rep.fit_note else "",
         f"<ul>{couplings}</ul>",

@@ -158,6 +158,26 @@ def analyse(study: Any, *, n_boot: int = 20) -> StudyReport:
     )
 
 
+LOOK_LEVEL = 0.99  # --until-decisive's looks: stricter than the report's 95%, for the repeated looks
+
+
+def decision_looks(study: Any, pairs: Sequence[tuple[str, str]] = ()) -> str:
+    """--until-decisive, after a trial: one line once every pair in `pairs` (with none, every pair
+    of sampled params) has a decided verdict at the 99% level, else "". The first look waits for
+    2 x params + 2 usable trials (at least 10)."""
+    numeric, categorical = numeric_params(study), categorical_params(study)
+    fit = converged(usable(trials_frame(study)))
+    if len(fit) < max(10, 2 * (len(numeric) + len(categorical)) + 2):
+        return ""
+    out = coupling_analysis(fit, numeric, categorical=categorical, pairs=list(pairs) or None, level=LOOK_LEVEL,
+                            n_boot=16)
+    if not out or not all(c.decided for c in out):
+        return ""
+    calls = "; ".join(f"{c.param_a} x {c.param_b} {c.verdict().split(':')[0]}" for c in out)
+    return (f"decided after {len(fit)} usable trials ({len(study.trials)} in the study): {calls} "
+            f"(--until-decisive: every {'hypothesis' if pairs else 'pair'} decided at the 99% level; stopped asking)")
+
+
 def _left_out_sentence(left_out: pd.DataFrame, n_fitted: int) -> str:
     """Which usable trials the coupling, law and noise analyses left out, and why."""
     which = ", ".join(f"{int(r.trial)} ({r.health}, val_loss {r.val_loss:.4g})" for r in left_out.itertuples())

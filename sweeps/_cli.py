@@ -75,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--ray-address", help="join a running Ray cluster [start a local one]")
     run.add_argument("--sampler", choices=SAMPLERS, default="tpe")
     run.add_argument("--seed", type=int, help="sampler seed: the same seed samples the same sequence")
+    run.add_argument("--until-decisive", action="store_true",
+                     help="stop once every hypothesis (with none declared, every pair) has a decided "
+                          "coupling verdict; --trials is the budget")
     run.add_argument("--seeds", type=_positive_int("--seeds"), default=1,
                      help="train every sampled config with K seeds; its val_loss is their mean [1]")
     run.add_argument("--model", default="tiny", help="tiny, tiny-sdxl or a local diffusers folder [tiny]")
@@ -313,6 +316,12 @@ def run_config(a: argparse.Namespace) -> Any:
         err = check_data_dir(a.data)
         if err:
             raise UsageError(err)
+    if a.sampler == "coupling" and len(space.params) < 2:
+        raise UsageError(f"--sampler coupling: {space.source} samples {len(space.params)} param; a coupling "
+                         "design needs two or more")
+    if a.until_decisive and len(space.params) < 2:
+        raise UsageError(f"--until-decisive: {space.source} samples {len(space.params)} param, so there is no "
+                         "pair to decide; sample two or more")
     workdir = Path(a.workdir).expanduser()
     storage = a.storage or default_storage(workdir)
     if a.storage:
@@ -324,6 +333,7 @@ def run_config(a: argparse.Namespace) -> Any:
         workers=a.workers, workdir=workdir, storage=storage, tracking_uri=tracking,
         objective=objective_name, builtin=objective.builtin, fixed=fixed, model=a.model,
         data=str(Path(a.data).resolve()) if a.data else None, sampler=a.sampler, seed=a.seed, seeds=a.seeds,
+        until_decisive=a.until_decisive,
         ray_address=a.ray_address, cpus_per_trial=a.cpus_per_trial, gpus_per_trial=a.gpus_per_trial,
         max_mem_mb=a.max_mem_mb, health=health, samples=samples, progress=not a.no_progress,
         max_retries=a.max_retries, max_fail_share=a.max_fail_share, objectives=objectives,
@@ -405,6 +415,8 @@ def _finish(out: Any, workdir: Path, tracking_given: str | None, tracking: str) 
         this_run += f", {out.out_of_memory} out of memory"
     print(f"study {out.study_name}: this run {this_run}; the study holds {out.study_trials} trials"
           + (" (interrupted: `csweep resume " + out.study_name + "` continues)" if out.interrupted else ""))
+    if out.decided:
+        print(out.decided)
     print(f"reports: {out.report_dir}")
     print(f"MLflow:  csweep ui --workdir {workdir}" if tracking_given is None
           else f"MLflow:  {_redacted(tracking)} (parent run {out.parent_run_id})")

@@ -58,6 +58,7 @@ class Outcome:
     parent_run_id: str = ""
     interrupted: bool = False
     signal: str = ""  # the signal that interrupted it (SIGINT, SIGTERM)
+    decided: str = ""  # --until-decisive: the line that stopped the study early
     aborted: str = ""
 
     @property
@@ -98,7 +99,7 @@ class Driver:
         enqueue_attrs: Sequence[Mapping[str, Any]] = (),
         stop: threading.Event | None = None, on_progress: Callable[[Outcome, dict[str, int]], None] | None = None,
         on_result: Callable[[int, TrialResult], None] | None = None,
-        objectives: Sequence[str] = OBJECTIVES,
+        objectives: Sequence[str] = OBJECTIVES, should_stop: Callable[[], str] | None = None,
     ) -> None:
         self.study, self.pool, self.log = study, pool, log
         self.objectives = tuple(objectives)
@@ -107,6 +108,7 @@ class Driver:
         self.max_mem_mb, self.max_retries, self.max_fail_share = max_mem_mb, max_retries, max_fail_share
         self.stop = stop or threading.Event()
         self.on_progress, self.on_result = on_progress, on_result
+        self.should_stop = should_stop  # after a tell: a line when the study may stop asking
         self.outcome = Outcome(study.study_name)
         for i, params in enumerate(enqueue):
             attrs = dict(enqueue_attrs[i]) if i < len(enqueue_attrs) else None
@@ -129,6 +131,10 @@ class Driver:
                 self.dispatch()
                 if self.progressed and self.on_progress is not None:  # told, and the workers refilled
                     self.on_progress(self.outcome, self.in_progress())
+                if self.progressed and self.should_stop is not None and not self.outcome.decided:
+                    self.outcome.decided = self.should_stop()
+                    if self.outcome.decided:  # no more asks; the trials in flight finish and are told
+                        self.target = self.asked
                 self.progressed = False
                 if not self.in_flight:
                     break

@@ -118,7 +118,8 @@ def _open_study(cfg: RunConfig) -> Any:
     study = open_study(
         cfg.study_name, storage,
         sampler_factory=lambda n: make_sampler(
-            cfg.sampler, seed=None if cfg.seed is None else cfg.seed + n, workers=cfg.workers
+            cfg.sampler, seed=None if cfg.seed is None else cfg.seed + n, workers=cfg.workers,
+            pairs=[(h.x, h.y) for h in cfg.space.hypotheses],
         ),
         objectives=cfg.objectives,
     )
@@ -190,6 +191,7 @@ def run_sweep(cfg: RunConfig) -> Outcome:
         objectives=cfg.objectives,
         on_progress=(lambda o, flight: _update(bar, study, o, flight, cfg.seeds)) if bar is not None else None,
         on_result=lambda number, result: keep_samples(samples_dir(cfg.workdir, cfg.study_name), number, result),
+        should_stop=(lambda: decided_line(study, cfg)) if cfg.until_decisive else None,
     )
     # Ctrl-C and SIGTERM (what Slurm's scancel, Kubernetes, `timeout` and supervisors send) set a
     # flag that the loop reads between steps, so that it never lands between an ask and the
@@ -235,6 +237,15 @@ def _end_run(cfg: RunConfig, study: Any, mlflow: SafeTracker, parent: str, outco
     line = mlflow.unreachable_line(cfg.study_name)
     if line:
         print(line, file=sys.stderr)
+
+
+def decided_line(study: Any, cfg: RunConfig) -> str:
+    """--until-decisive: a line once every declared hypothesis (with none, every pair) has a
+    decided verdict, else "". Looks are taken after each finished trial, at the 99% level (the
+    report's verdicts use 95%): repeated looks at 95% would call a pair more often than 1 in 20."""
+    from reports import decision_looks
+
+    return decision_looks(study, [(h.x, h.y) for h in cfg.space.hypotheses])
 
 
 def parent_metrics(summary: dict[str, Any]) -> dict[str, float]:

@@ -35,6 +35,7 @@ class RunConfig:
     sampler: str = "tpe"
     seed: int | None = None
     seeds: int = 1
+    until_decisive: bool = False  # stop once every hypothesis (or pair) has a decided verdict
     ray_address: str | None = field(default=None, metadata=PER_INVOCATION)
     cpus_per_trial: float | None = None  # None: the CPUs shared among the trials in flight
     gpus_per_trial: float | None = None

@@ -8,7 +8,7 @@ from typing import Any
 OBJECTIVES = ("val_loss", "peak_mem_mb")  # a study's objectives unless --objectives says more
 # every objective a study can have, in the order its values are stored, with its direction
 KNOWN_OBJECTIVES = {"val_loss": "minimize", "peak_mem_mb": "minimize", "fidelity": "maximize"}
-SAMPLERS = ("tpe", "nsga2", "gp", "random")
+SAMPLERS = ("tpe", "nsga2", "gp", "random", "qmc", "coupling")
 
 
 class StudyMismatch(ValueError):
@@ -57,9 +57,21 @@ def _mismatch(storage: Any, name: str, objectives: tuple[str, ...] | list[str], 
             "(--objectives): pick another --study or match its objectives")
 
 
-def make_sampler(name: str, *, seed: int | None, workers: int) -> Any:
-    """A sampler by name. tpe uses the constant liar when trials run in parallel."""
+def make_sampler(name: str, *, seed: int | None, workers: int, pairs: Any = ()) -> Any:
+    """A sampler by name. tpe uses the constant liar when trials run in parallel; qmc is Optuna's
+    scrambled Sobol design (space-filling: the standard design for sensitivity studies);
+    coupling starts with it and then aims at the `pairs` (sweeps._coupling_sampler)."""
+    import warnings
+
     import optuna
+
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    if name == "qmc":
+        return optuna.samplers.QMCSampler(qmc_type="sobol", scramble=True, seed=seed, warn_independent_sampling=False)
+    if name == "coupling":
+        from ._coupling_sampler import CouplingSampler
+
+        return CouplingSampler(pairs=pairs, seed=seed)
 
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed, constant_liar=workers > 1, multivariate=True)

@@ -44,7 +44,7 @@ def option_values(tmp: Path) -> dict[str, list[str]]:
         "--gpus-per-trial": ["0.5"], "--max-retries": ["3"], "--max-fail-share": ["0.7"],
         "--no-early-stop": [], "--health": ["patience=5"], "--no-progress": [],
         "--samples": ["3"], "--no-samples": [], "--fidelity-model": [str(clip)],
-        "--objectives": ["fidelity,val_loss,peak_mem_mb"],
+        "--objectives": ["fidelity,val_loss,peak_mem_mb"], "--until-decisive": [],
     }
 
 

@@ -1,0 +1,74 @@
+"""The verdict machinery through `csweep run` itself (sweeps.main in this process, on Ray): the
+qmc and coupling samplers, and --until-decisive stopping a strongly coupled study early."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from helpers import in_process
+
+pytestmark = pytest.mark.slow
+
+OBJECTIVE = '''
+import hashlib
+
+
+def objective(params):
+    x, y, z = params["x"], params["y"], params["z"]
+    h = hashlib.sha1(repr((x, y, z, params.get("seed", 0))).encode()).digest()
+    noise = 0.02 * (int.from_bytes(h[:4], "big") / 2**32 - 0.5)
+    return {"val_loss": 3 * (x - 0.5) * (y - 0.5) + (z - 0.5) ** 2 + noise, "peak_mem_mb": 10 + z}
+'''
+
+SPACE = """
+name: strong
+objective: verdictobj:objective
+params:
+  x: {type: float, low: 0.0, high: 1.0}
+  y: {type: float, low: 0.0, high: 1.0}
+  z: {type: float, low: 0.0, high: 1.0}
+"""
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch, capsys):
+    (tmp_path / "verdictobj.py").write_text(OBJECTIVE)
+    (tmp_path / "strong.yaml").write_text(SPACE)
+    monkeypatch.delitem(__import__("sys").modules, "verdictobj", raising=False)
+    return tmp_path, in_process(tmp_path, monkeypatch, capsys)
+
+
+def test_until_decisive_stops_a_strongly_coupled_study_well_before_its_budget(project):
+    path, csweep = project
+    res = csweep("run", "strong.yaml", "--trials", "60", "--workers", "2", "--sampler", "coupling", "--seed", "1",
+                 "--until-decisive", "--no-progress")
+    assert res.returncode == 0, res.stderr
+    line = [ln for ln in res.stdout.splitlines() if ln.startswith("decided after")]
+    assert len(line) == 1, res.stdout
+    coupling = pd.read_csv(path / "csweep_runs/reports/strong/coupling.csv")
+    n = int(coupling["n_trials"].iloc[0])
+    assert n < 30, line  # well under half the budget
+    verdicts = {frozenset((r.param_a, r.param_b)): r.verdict for r in coupling.itertuples()}
+    assert verdicts[frozenset(("x", "y"))] == "coupled"
+    assert verdicts[frozenset(("x", "z"))] == "no sign of coupling"
+    assert verdicts[frozenset(("y", "z"))] == "no sign of coupling"
+    page = (path / "csweep_runs/reports/strong/index.html").read_text()
+    assert "Tune x and y together" in page and page.index("Conclusions") < page.index("Seed noise")
+
+
+def test_qmc_spreads_the_trials_and_a_rerun_continues_the_sequence(project):
+    path, csweep = project
+    res = csweep("run", "strong.yaml", "--trials", "8", "--workers", "1", "--sampler", "qmc", "--seed", "2",
+                 "--no-progress")
+    assert res.returncode == 0, res.stderr
+    trials = pd.read_csv(path / "csweep_runs/reports/strong/trials.csv")
+    # scrambled Sobol (its first point drawn at random, as Optuna's QMCSampler does): every axis
+    # covered on both sides
+    for k in "xyz":
+        assert 3 <= (trials[k] < 0.5).sum() <= 5, trials[k].tolist()
+    res = csweep("run", "strong.yaml", "--trials", "8", "--workers", "1", "--sampler", "qmc", "--seed", "2",
+                 "--no-progress")
+    assert res.returncode == 0, res.stderr
+    trials = pd.read_csv(path / "csweep_runs/reports/strong/trials.csv")
+    assert len(trials) == 16 and len(trials[["x", "y", "z"]].drop_duplicates()) == 16
