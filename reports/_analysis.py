@@ -222,8 +222,8 @@ class Coupling:
         if self.more_trials is None:
             return "inconclusive: the trials cannot decide it yet"
         if self.more_trials > 3 * self.n_trials:
-            return (f"inconclusive: its share lies near the {COUPLED_ABOVE:.0%} line; many more trials "
-                    f"(over {3 * self.n_trials}) would be needed to decide it")
+            return (f"inconclusive: its interval is wide; likely over {3 * self.n_trials} more trials would "
+                    "be needed to decide it")
         return f"inconclusive: about {self.more_trials} more trials would likely decide it"
 
     def advice(self) -> str:
@@ -427,12 +427,21 @@ class LawFit:
     def excludes(self, alpha: float) -> bool:
         return not (self.alpha_ci_low <= alpha <= self.alpha_ci_high)
 
+    @property
+    def stated(self) -> bool:
+        """A law is stated when its interval excludes 0: the best y moves with x."""
+        return math.isfinite(self.alpha) and self.excludes(0.0)
+
     def sentence(self) -> str:
         if not math.isfinite(self.alpha):
             return f"{self.y}*({self.x}) = c·{self.x}^alpha: no fit — {self.note or 'not enough usable trials'}."
         verdicts = []
         for a in FOLK_ALPHAS:
             verdicts.append(f"alpha = {a:+.1f} is {'excluded' if self.excludes(a) else 'not excluded'}")
+        if not self.excludes(0.0):
+            return (f"{self.y}*({self.x}): no law stated — alpha's 95% interval ({self.alpha_ci_low:.2f} to "
+                    f"{self.alpha_ci_high:.2f}, from {self.n_trials} trials) includes 0, so the best {self.y} is not "
+                    f"shown to move with {self.x}; {'; '.join(verdicts)} by the interval.")
         return (f"{self.y}*({self.x}) = {self.c:.3g}·{self.x}^{self.alpha:.2f} "
                 f"(alpha 95% CI {self.alpha_ci_low:.2f} to {self.alpha_ci_high:.2f}, r² = {self.r2:.2f}, "
                 f"from {self.n_trials} trials): {'; '.join(verdicts)} by the interval.")

@@ -46,7 +46,7 @@ def render_page(rep: Any, *, images: Mapping[str, Path], figure: Any, tracking_u
     decided = [c for c in rep.couplings if c.decided]
     undecided = [c for c in rep.couplings if not c.decided]
     conclusions = "".join(f"<li class='decided'>{esc(c.advice())}</li>" for c in decided)
-    conclusions += "".join(f"<li class='law'>{esc(f.sentence())}</li>" for f in rep.laws if f.alpha == f.alpha)
+    conclusions += "".join(f"<li class='law'>{esc(f.sentence())}</li>" for f in rep.laws if f.stated)
     conclusions += "".join(f"<li class='undecided'>{esc(c.advice())}</li>" for c in undecided)
     from ._analysis import coupling_frame, scaling_frame
 
