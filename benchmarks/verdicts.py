@@ -75,7 +75,7 @@ def space_yaml(name: str) -> str:
     if kind == "catnum":
         del params["sigma"]
         params["freeze"] = "{type: categorical, choices: [embedding_only, attention_only, full]}"
-    lines = [f"name: {name}", "objective: verdictobj:objective", "params:"]
+    lines = [f"name: '{name}'", "objective: verdictobj:objective", "params:"]
     lines += [f"  {k}: {v}" for k, v in params.items()]
     lines += ["fixed:", f"  kind: {kind}", f"  snr: {snr}", "  sigma: 0.5" if kind == "catnum" else ""]
     return "\n".join(lines) + "\n"
@@ -89,13 +89,14 @@ def run_study(project: Path, name: str, sampler: str, seed: int, trials: int) ->
     study = f"{name}-{sampler}-{seed}"
     here = os.getcwd()
     os.chdir(project)
+    err = io.StringIO()
     try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
             rc = main(["run", f"{name}.yaml", "--study", study, "--trials", str(trials), "--workers", "1",
                        "--sampler", sampler, "--seed", str(seed), "--no-progress"])
     finally:
         os.chdir(here)
-    assert rc == 0, (name, sampler, seed, rc)
+    assert rc == 0, (name, sampler, seed, rc, err.getvalue()[-500:])
     return optuna.load_study(study_name=study, storage=f"sqlite:///{project / 'csweep_runs/optuna.db'}")
 
 

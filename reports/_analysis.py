@@ -80,12 +80,27 @@ def hypervolume(points: np.ndarray, ref: Sequence[float]) -> float:
 def hypervolume_history(trials: pd.DataFrame, ok: pd.DataFrame, ref: Sequence[float],
                         objectives: Objectives = Objectives()) -> pd.DataFrame:
     """Hypervolume of the front of the usable trials `ok` after each trial number of `trials`
-    (`ref` in the minimised space of `objectives.minimized`)."""
+    (`ref` in the minimised space of `objectives.minimized`). Incremental: a new point that the
+    front dominates leaves the hypervolume as it was, so the cost grows with the trials times
+    the front, not with the trials squared."""
     ok = ok.sort_values("trial")
-    rows = []
+    pts = objectives.minimized(ok)
+    numbers = ok["trial"].to_numpy()
+    front = np.zeros((0, pts.shape[1]))
+    hv, j, rows = 0.0, 0, []
     for n in sorted(trials["trial"]):
-        pts = objectives.minimized(ok[ok["trial"] <= n])
-        rows.append({"trial": int(n), "hypervolume": hypervolume(pts, ref) if len(pts) else 0.0})
+        changed = False
+        while j < len(numbers) and numbers[j] <= n:
+            p = pts[j]
+            j += 1
+            if len(front) and ((front <= p).all(axis=1) & (front < p).any(axis=1)).any():
+                continue  # dominated: the front and its hypervolume stay
+            front = np.vstack([front, p])
+            front = front[pareto_mask(front)]
+            changed = True
+        if changed:
+            hv = hypervolume(front, ref)
+        rows.append({"trial": int(n), "hypervolume": hv if len(front) else 0.0})
     return pd.DataFrame(rows, columns=["trial", "hypervolume"])
 
 

@@ -1,0 +1,83 @@
+"""How a report's time grows with the study: `reports.write_study_report` on studies of 60 to 3,000
+trials of a four-knob objective (two numeric pairs declared, one with a law), each part timed.
+
+    python benchmarks/analysis_time.py [--sizes 60,300,1000,3000]
+
+The surrogate conditions on at most reports._gp.MAX_FIT trials (a seeded random subset beyond),
+so the coupling and law analyses stop growing with the study; what still grows is linear or
+close to it (tables, the front, the hypervolume history, p_front's Monte Carlo).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def study_of(n: int, seed: int = 0):
+    import numpy as np
+    import optuna
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import create_trial
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name=f"s{n}", directions=["minimize", "minimize"])
+    study.set_user_attr("space", {"params": {}, "hypotheses": [{"x": "W", "y": "sigma", "law": "power"},
+                                                                 {"x": "lr", "y": "decay"}]})
+    d = {"W": FloatDistribution(16, 1024, log=True), "sigma": FloatDistribution(1e-3, 1, log=True),
+         "lr": FloatDistribution(1e-4, 1e-1, log=True), "decay": FloatDistribution(0, 1)}
+    rng = np.random.default_rng(seed)
+    trials = []
+    for i in range(n):
+        p = {"W": float(np.exp(rng.uniform(math.log(16), math.log(1024)))),
+             "sigma": float(np.exp(rng.uniform(math.log(1e-3), 0))),
+             "lr": float(np.exp(rng.uniform(math.log(1e-4), math.log(1e-1)))), "decay": float(rng.uniform())}
+        loss = (0.3 * (math.log(p["sigma"]) - math.log(0.05) + 0.35 * math.log(p["W"])) ** 2
+                + 0.2 * (math.log10(p["lr"]) + 2.5) ** 2 + 0.5 * p["decay"] + rng.normal(0, 0.05))
+        trials.append(create_trial(values=[loss, 10 * p["W"] ** 0.5], params=p, distributions=d,
+                                   user_attrs={"mlflow_run_id": f"run{i}"}))
+    study.add_trials(trials)
+    return study
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="60,300,1000,3000")
+    a = ap.parse_args()
+    import reports._report as R
+    from reports import write_study_report
+
+    timed: dict[str, float] = {}
+
+    def timer(name, fn):
+        def wrapped(*args, **kw):
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kw)
+            finally:
+                timed[name] = timed.get(name, 0.0) + time.perf_counter() - t
+        return wrapped
+
+    for name in ("coupling_analysis", "fit_power_law", "hypervolume_history", "pareto_frame", "trials_frame"):
+        setattr(R, name, timer(name, getattr(R, name)))
+    print(f"{'trials':>7} {'report s':>9} " + " ".join(f"{k:>20}" for k in ("coupling_analysis", "fit_power_law",
+                                                                             "hypervolume_history", "pareto_frame")))
+    for n in (int(v) for v in a.sizes.split(",")):
+        study = study_of(n)
+        timed.clear()
+        t = time.perf_counter()
+        write_study_report(study, Path(tempfile.mkdtemp()) / "out")
+        total = time.perf_counter() - t
+        print(f"{n:>7} {total:>9.1f} " + " ".join(f"{timed.get(k, 0.0):>20.1f}" for k in (
+            "coupling_analysis", "fit_power_law", "hypervolume_history", "pareto_frame")), flush=True)
+
+
+if __name__ == "__main__":
+    main()
