@@ -308,6 +308,12 @@ def fit_surrogate(ok: pd.DataFrame, params: Mapping[str, Mapping[str, Any]],
                    n_hyper=n_hyper, seed=seed)
 
 
+def _max_fit() -> int:
+    from ._gp import MAX_FIT
+
+    return MAX_FIT
+
+
 def _refined_argmin(rows: np.ndarray, step: float) -> tuple[np.ndarray, np.ndarray]:
     """Per row, the grid index of the minimum refined by a parabola through its neighbours (in
     grid steps), and whether it lies inside the grid (not on its edge)."""
@@ -506,7 +512,8 @@ def fit_power_law(ok: pd.DataFrame, x: str, y: str, *, params: Mapping[str, Mapp
 
     with warnings.catch_warnings(), threadpool_limits(1):
         warnings.simplefilter("ignore")
-        gp = gp or fit_surrogate(ok, params, cats, seed=seed, n_hyper=max(4, n_boot))
+        if gp is None or len(gp.groups) != len(names) or len(gp.x) != min(len(ok), _max_fit()):
+            gp = fit_surrogate(ok, params, cats, seed=seed, n_hyper=max(4, n_boot))
         draws, mean = gp.draws(), gp.mean()
     # the x grid of the surrogate, inside the range the trials covered
     gx = _quad_value(np.arange(QUAD).astype(float))

@@ -18,6 +18,7 @@ from ._analysis import (
     coupling_analysis,
     coupling_frame,
     fit_power_law,
+    fit_surrogate,
     noise_floor,
     hypervolume,
     hypervolume_history,
@@ -84,12 +85,14 @@ def analyse(study: Any, *, n_boot: int = 20) -> StudyReport:
     space = study.user_attrs.get(A.SPACE) or {}
     fit = converged(ok)  # the response-surface analyses leave out the runs that never settled
     left_out = ok[~ok["trial"].isin(fit["trial"])]
-    couplings = coupling_analysis(fit, numeric, categorical=categorical, n_boot=n_boot)
+    # one surrogate for the couplings and the laws (they read the same trials)
+    gp = shared_surrogate(fit, numeric, categorical, n_boot=n_boot)
+    couplings = coupling_analysis(fit, numeric, categorical=categorical, n_boot=n_boot, gp=gp)
     laws = []
     for h in space.get("hypotheses", []):
         if h.get("law") == "power" and h["x"] in trials.columns and h["y"] in trials.columns:
             laws.append(fit_power_law(fit, h["x"], h["y"], params=numeric, categorical=categorical,
-                                      n_boot=max(n_boot, 10)))
+                                      n_boot=max(n_boot, 10), gp=gp))
     noise, spread = _noise_and_spread(fit, "val_loss")
     counts = {k: int(v) for k, v in trials["state"].value_counts().items()}
     outcomes = {k: int(v) for k, v in trials["outcome"].value_counts().items()}
@@ -156,6 +159,23 @@ def analyse(study: Any, *, n_boot: int = 20) -> StudyReport:
         [c for c in trials.columns[5:] if c not in extras], ok, noise, sentences, objectives,
         _left_out_sentence(left_out, len(fit)) if len(left_out) else "",
     )
+
+
+def shared_surrogate(fit: pd.DataFrame, numeric: dict[str, Any], categorical: dict[str, Any], *,
+                     n_boot: int) -> Any:
+    """The surrogate both the coupling and the law analyses draw from, when there are enough
+    complete rows for either (else None: each says why it has no answer)."""
+    cats = {k: list(v) for k, v in categorical.items() if len(v) >= 2}
+    rows = fit.dropna(subset=["val_loss", *numeric, *cats])
+    if len(rows) != len(fit) or len(numeric) + len(cats) < 2 or len(rows) < max(8, len(numeric) + len(cats) + 3):
+        return None
+    import warnings
+
+    from threadpoolctl import threadpool_limits
+
+    with warnings.catch_warnings(), threadpool_limits(1):
+        warnings.simplefilter("ignore")
+        return fit_surrogate(rows, numeric, cats, n_hyper=max(4, n_boot))
 
 
 LOOK_LEVEL = 0.99  # --until-decisive's looks: stricter than the report's 95%, for the repeated looks

@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-early-stop", action="store_true",
                      help="never stop a diverging trial early (diagnostics are still computed)")
     run.add_argument("--health", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a health threshold (see README: Training health)")
+                     help="override a health threshold (see docs/objective.md: Training health)")
     run.add_argument("--samples", type=_positive_int("--samples"), metavar="N",
                      help="sample images per prompt and concept after each trial [the space's, else 2]")
     run.add_argument("--no-samples", action="store_true", help="draw no sample images")

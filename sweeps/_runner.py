@@ -14,6 +14,7 @@ import shlex
 import signal
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -367,7 +368,11 @@ def _update(bar: Any, study: Any, outcome: Outcome, flight: dict[str, int], seed
     """The bar counts trials (configs); `running` counts the runs workers are executing now (a
     config's seed replicates each one), and with --seeds K > 1 `configs` the trials they belong to."""
     more = {"configs": flight["configs"]} if seeds > 1 else {}
+    # the front's size reads every trial from the storage: at most once a second, not per trial
+    now = time.monotonic()
+    if now - getattr(bar, "_front_at", -1e9) >= 1.0:
+        bar._front_at, bar._front = now, len(study.best_trials)
     bar.set_postfix(done=outcome.completed, failed=outcome.failed, oom=outcome.out_of_memory,
                     pruned=outcome.pruned, running=flight["running"], **more, queued=flight["queued"],
-                    front=len(study.best_trials), refresh=False)
+                    front=bar._front, refresh=False)
     bar.update(outcome.done - bar.n)  # several trials may be told between two updates
