@@ -55,6 +55,17 @@ def _sqdist(x1: np.ndarray, x2: np.ndarray) -> np.ndarray:
     return np.maximum((x1 * x1).sum(1)[:, None] + (x2 * x2).sum(1)[None, :] - 2.0 * x1 @ x2.T, 0.0)
 
 
+def _mvn(cov: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """Draws with covariance `cov` from standard normal columns `z`: by Cholesky with a small
+    jitter, by eigendecomposition where that fails (a centred kernel is singular on its grid)."""
+    scale = max(float(np.mean(np.diag(cov))), 1e-12)
+    try:
+        return np.linalg.cholesky(cov + np.eye(len(cov)) * 1e-6 * scale) @ z
+    except np.linalg.LinAlgError:
+        vals, vecs = np.linalg.eigh(cov)
+        return (vecs * np.sqrt(np.clip(vals, 0.0, None))) @ z
+
+
 @dataclass(frozen=True)
 class Hyper:
     ls: np.ndarray  # per knob
@@ -104,7 +115,9 @@ class BayesGP:
         kq = _m52(self._dqq[g] / s)
         mq = kq.mean(1)
         v = max(float(np.mean(np.diag(kq) - mq * mq / mq.mean())), 1e-9)
-        return (_m52(d12 / s) - np.outer(_m52(d1q / s).mean(1), _m52(d2q / s).mean(1)) / mq.mean()) / v
+        m1 = _m52(d1q / s).mean(1)
+        m2 = m1 if d2q is d1q else _m52(d2q / s).mean(1)
+        return (_m52(d12 / s) - np.outer(m1, m2) / mq.mean()) / v
 
     def _per_knob_xx(self, h: Hyper) -> list[np.ndarray]:
         return [self._centred(g, h.ls[g], self._dxx[g], self._dxq[g], self._dxq[g]) for g in range(len(self.groups))]
@@ -205,9 +218,7 @@ class BayesGP:
                 k_gx = np.prod([kqx[g][idx[:, a]] for a, g in enumerate(c)], axis=0)
                 k_xx = np.prod([kx[g] for g in c], axis=0)
                 joint = var * np.block([[k_gg, k_gx], [k_gx.T, k_xx]])
-                joint[np.diag_indices_from(joint)] += JITTER
-                vals, vecs = np.linalg.eigh(joint)  # centred kernels are singular: no Cholesky
-                draw = (vecs * np.sqrt(np.clip(vals, 0.0, None))) @ self.rng.normal(0.0, 1.0, (len(joint), per_hyper))
+                draw = _mvn(joint, self.rng.normal(0.0, 1.0, (len(joint), per_hyper)))
                 grids[c], crosses[c] = draw[:len(idx)], var * k_gx
                 prior_x = prior_x + draw[len(idx):]
             eps = self.rng.normal(0.0, 1.0, (n, per_hyper)) * np.sqrt(noise)[:, None]

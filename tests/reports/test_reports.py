@@ -349,3 +349,30 @@ def test_report_of_a_three_objective_study(three_objective_study, tmp_path):
     from PIL import Image
 
     assert Image.open(files["pareto.png"]).size[0] > 1000  # the second panel: val_loss vs fidelity
+
+
+def test_every_kind_of_pair_is_drawn_and_a_figure_that_fails_is_left_out_with_a_line(
+        messy_study, tmp_path, monkeypatch, capsys):
+    """The report of a space with a categorical knob in a declared pair: the pair gets a picture of
+    its kind (a curve per level); a figure that raises costs only itself, with one line."""
+    import reports._report as R
+
+    before = messy_study.user_attrs["space"]
+    space = {"hypotheses": [{"x": "mode", "y": "width"}, {"x": "width", "y": "noise", "law": "power"}]}
+    messy_study.set_user_attr("space", space)
+    try:
+        def broken(*args, **kwargs):
+            raise RuntimeError("planted: this figure cannot be drawn")
+
+        monkeypatch.setattr(R, "law_png", broken)
+        files = write_study_report(messy_study, tmp_path / "out", n_boot=5)
+        assert files["pair_mode__width.png"].stat().st_size > 0
+        assert "law_width__noise.png" not in files and not (tmp_path / "out/law_width__noise.png").exists()
+        err = capsys.readouterr().err
+        assert "law_width__noise.png left out: RuntimeError: planted: this figure cannot be drawn" in err
+        page = files["index.html"].read_text()
+        assert "law_width__noise.png left out" in page and "Conclusions" in page
+        for name in ("pareto.png", "summary.json", "coupling.csv", "trials.csv"):
+            assert files[name].stat().st_size > 0
+    finally:  # the study is module-wide
+        messy_study.set_user_attr("space", before)
