@@ -208,6 +208,7 @@ def run_sweep(cfg: RunConfig) -> Outcome:
             previous[sig] = signal.signal(sig, on_signal)
         except ValueError:  # not the main thread: Ctrl-C arrives as KeyboardInterrupt
             break
+    pool.wait_ready()
     try:
         try:
             outcome = driver.run()
