@@ -82,10 +82,10 @@ class BayesGP:
 
     def __init__(self, x: np.ndarray, y: np.ndarray, groups: list[list[int]], *, categorical: list[bool],
                  sem: np.ndarray | None = None, n_hyper: int = 24, seed: int = 0, burn: int = 200,
-                 thin: int = 3) -> None:
+                 thin: int = 3, max_fit: int = MAX_FIT) -> None:
         rng = np.random.default_rng(seed)
-        if len(x) > MAX_FIT:
-            keep = rng.choice(len(x), MAX_FIT, replace=False)
+        if len(x) > max_fit:
+            keep = rng.choice(len(x), max_fit, replace=False)
             x, y = x[keep], y[keep]
             sem = None if sem is None else sem[keep]
         self.x = np.asarray(x, dtype=float)

@@ -20,6 +20,7 @@ import numpy as np
 from optuna.samplers import BaseSampler
 
 N_CANDIDATES = 512
+MAX_FIT_DESIGN = 60  # the trials a suggestion's surrogate conditions on (a random subset beyond)
 
 
 class CouplingSampler(BaseSampler):
@@ -101,8 +102,10 @@ class CouplingSampler(BaseSampler):
         y = np.array([t.values[0] for t in done])
         with warnings.catch_warnings(), threadpool_limits(1):
             warnings.simplefilter("ignore")
+            # a design needs where the interactions are unsure, not their exact shares: a lighter
+            # surrogate than the report's (fewer draws, at most MAX_FIT_DESIGN trials)
             gp = BayesGP(x, y, groups, categorical=[n in cats for n in names], n_hyper=8, burn=80, thin=2,
-                         seed=int(self._rng.integers(2**31)))
+                         seed=int(self._rng.integers(2**31)), max_fit=MAX_FIT_DESIGN)
             known = np.array([self._encode(t.params, space, groups, width) for t in pending]).reshape(-1, width)
             cand = self._candidates(space, names, groups, width)
             wanted = [p for p in gp.pairs if self._targeted(names[p[0]], names[p[1]])] or gp.pairs
