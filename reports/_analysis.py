@@ -517,7 +517,8 @@ def fit_power_law(ok: pd.DataFrame, x: str, y: str, *, params: Mapping[str, Mapp
         draws, mean = gp.draws(), gp.mean()
     # the x grid of the surrogate, inside the range the trials covered
     gx = _quad_value(np.arange(QUAD).astype(float))
-    lo_x, hi_x = float(_design(ok, params, cats)[0][:, ix].min()), float(_design(ok, params, cats)[0][:, ix].max())
+    scaled_x = _design(ok, params, cats)[0][:, ix]
+    lo_x, hi_x = float(scaled_x.min()), float(scaled_x.max())
     cover = (gx >= lo_x - 0.5 / QUAD) & (gx <= hi_x + 0.5 / QUAD)
     lgx = to_log(gx, x)
 

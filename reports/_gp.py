@@ -112,12 +112,17 @@ class BayesGP:
         little: without v, long length scales would shrink every interaction and the prior on a
         pair's share would lean towards "no sign")."""
         s = ls * ls
-        kq = _m52(self._dqq[g] / s)
-        mq = kq.mean(1)
-        v = max(float(np.mean(np.diag(kq) - mq * mq / mq.mean())), 1e-9)
+        kqq, v = self._grid_moments(g, s)
         m1 = _m52(d1q / s).mean(1)
         m2 = m1 if d2q is d1q else _m52(d2q / s).mean(1)
-        return (_m52(d12 / s) - np.outer(m1, m2) / mq.mean()) / v
+        return (_m52(d12 / s) - np.outer(m1, m2) / kqq) / v
+
+    def _grid_moments(self, g: int, s: float) -> tuple[float, float]:
+        """Of knob g's kernel at squared length scale s on its grid: mean_qq k(q, q'), and v, the
+        centred kernel's mean variance there (see _centred)."""
+        kq = _m52(self._dqq[g] / s)
+        mq = kq.mean(1)
+        return float(mq.mean()), max(float(np.mean(np.diag(kq) - mq * mq / mq.mean())), 1e-9)
 
     def _per_knob_xx(self, h: Hyper) -> list[np.ndarray]:
         return [self._centred(g, h.ls[g], self._dxx[g], self._dxq[g], self._dxq[g]) for g in range(len(self.groups))]
@@ -276,8 +281,6 @@ class BayesGP:
     def _centred_diag(self, g: int, ls: float, pq: np.ndarray) -> np.ndarray:
         """The centred kernel's variance k~_g(p, p) at each point, from its distances to the grid."""
         s = ls * ls
-        kq = _m52(self._dqq[g] / s)
-        mq = kq.mean(1)
-        v = max(float(np.mean(np.diag(kq) - mq * mq / mq.mean())), 1e-9)
-        return (1.0 - _m52(pq / s).mean(1) ** 2 / mq.mean()) / v
+        kqq, v = self._grid_moments(g, s)
+        return (1.0 - _m52(pq / s).mean(1) ** 2 / kqq) / v
 
