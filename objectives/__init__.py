@@ -10,6 +10,8 @@ from ._params import (
     ParamRule,
     check_against_model,
     check_param,
+    check_val_every,
+    default_val_every,
     model_limits,
     resolve_params,
 )
@@ -36,6 +38,8 @@ __all__ = [
     "check_data_dir",
     "model_limits",
     "check_param",
+    "check_val_every",
+    "default_val_every",
     "check_plugin_importable",
     "get_objective",
     "resolve_params",

@@ -52,8 +52,9 @@ class HealthConfig:
 
 
 class TrialStopped(Exception):
-    """A hopeless trial stopped early; carries what it logged so far."""
+    """A hopeless trial stopped early; carries what it logged so far. `rung`: the rung of
+    csweep's --early-stop dominated that stopped it (0: stopped for its health)."""
 
-    def __init__(self, reason: str, step: int, partial: dict[str, Any] | None = None) -> None:
+    def __init__(self, reason: str, step: int, partial: dict[str, Any] | None = None, rung: int = 0) -> None:
         super().__init__(reason)
-        self.reason, self.step, self.partial = reason, step, partial or {}
+        self.reason, self.step, self.partial, self.rung = reason, step, partial or {}, rung

@@ -101,6 +101,11 @@ TEXTUAL_INVERSION_PARAMS: dict[str, ParamRule] = {
         "fp32", str, f"one of {', '.join(PRECISIONS)}", _one_of(PRECISIONS),
         "compute dtype; trainable parameters stay fp32; fp16 needs CUDA (GradScaler)",
     ),
+    "val_every": ParamRule(
+        None, int, "an int >= 1 and <= steps (or null = steps // 8)", lambda v: v is None or v >= 1,
+        "validate every this many steps on the fixed validation draws (val_loss with its step); "
+        "null = steps // 8, about 8 validations a trial",
+    ),
 }
 
 
@@ -137,7 +142,24 @@ def resolve_params(params: Mapping[str, Any]) -> dict[str, Any]:
         out.setdefault(name, rule.default)
     if out["lora_alpha"] is None:
         out["lora_alpha"] = float(out["lora_rank"])
+    err = check_val_every(out["val_every"], out["steps"])
+    if err:
+        raise ValueError(err)
+    if out["val_every"] is None:
+        out["val_every"] = default_val_every(out["steps"])
     return out
+
+
+def default_val_every(steps: int) -> int:
+    """About 8 validations a trial (and one at the end)."""
+    return max(1, steps // 8)
+
+
+def check_val_every(val_every: Any, steps: Any) -> str | None:
+    """The one rule between two parameters: a trial must validate before its end."""
+    if isinstance(val_every, int) and isinstance(steps, int) and val_every > steps:
+        return f"val_every must be <= steps ({steps}), got {val_every}"
+    return None
 
 
 # Shapes of the built-in models, so that shape rules are checked without loading anything.

@@ -41,6 +41,10 @@ LORA_TEXT_TARGETS = ["q_proj", "k_proj", "v_proj", "out_proj"]
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 StepCallback = Callable[[int, Mapping[str, float]], None]
+# called after every validation during training with (step, {"val_loss", "peak_mem_mb"}); a
+# non-empty answer is the reason to stop the trial there (csweep's --early-stop dominated)
+Reporter = Callable[[int, Mapping[str, float]], "str | None"]
+SCORES = ("final", "best")
 
 
 def pick_device() -> torch.device:
@@ -211,6 +215,37 @@ class Trainables:
         return out | {f"unet.{n}": p for n, p in self.unet.items()}
 
 
+class ValidationCurve:
+    """The validations of one trial: (step, val_loss and its per-timestep parts) per point, the
+    best step (lowest val_loss, the earliest of equals) and, with `keep` (the trainables by name),
+    a copy of them at the best step, in memory: no checkpoint per validation."""
+
+    def __init__(self, keep: Mapping[str, torch.Tensor] | None) -> None:
+        self.points: list[dict[str, float]] = []
+        self.keep = dict(keep) if keep is not None else None
+        self.best: dict[str, torch.Tensor] = {}
+        self.best_step, self.best_value, self.seconds = 0, math.inf, 0.0
+
+    def add(self, step: int, values: Mapping[str, float], seconds: float) -> None:
+        self.points.append({"step": step, **{k: float(v) for k, v in values.items()
+                                             if k == "val_loss" or k.startswith("val_loss/")}})
+        self.seconds += seconds
+        value = float(values["val_loss"])
+        if value < self.best_value:
+            self.best_step, self.best_value = step, value
+            if self.keep is not None:
+                self.best = {k: t.detach().clone() for k, t in self.keep.items()}
+
+    @torch.no_grad()
+    def restore(self) -> None:
+        for k, t in (self.keep or {}).items():
+            t.copy_(self.best[k])
+
+    def metrics(self) -> dict[str, float]:
+        return {"best_step": float(self.best_step), "val_loss_at_best": self.best_value,
+                "val_seconds": self.seconds, "val_points": float(len(self.points))}
+
+
 @dataclass
 class Trained:
     """A finished training run: the objective's result and the trained parts."""
@@ -230,11 +265,15 @@ def textual_inversion(
     data: str | None = None,
     health: HealthConfig | Mapping[str, Any] | None = None,
     samples: SampleConfig | Mapping[str, Any] | None = None,
+    score: str = "final",
+    report: Reporter | None = None,
 ) -> dict[str, Any]:
     """Train concept embeddings (and what the knobs unfreeze); returns val_loss, peak_mem_mb,
-    metrics, per-step history, the learned weights as diffusers-loadable files and, when
-    `samples` is given and enabled, a grid of sample images per concept."""
-    return train(params, model=model, data=data, health=health, samples=samples).result
+    metrics, per-step history, the validation curve, the learned weights as diffusers-loadable
+    files and, when `samples` is given and enabled, a grid of sample images per concept.
+    `score="best"`: val_loss, the exports and the samples are those of the best validated step."""
+    return train(params, model=model, data=data, health=health, samples=samples, score=score,
+                 report=report).result
 
 
 def train(
@@ -245,8 +284,12 @@ def train(
     health: HealthConfig | Mapping[str, Any] | None = None,
     samples: SampleConfig | Mapping[str, Any] | None = None,
     on_step: StepCallback | None = None,
+    score: str = "final",
+    report: Reporter | None = None,
 ) -> Trained:
     """The textual-inversion run itself (`on_step(step, metrics)` after every step)."""
+    if score not in SCORES:
+        raise ValueError(f"score must be one of {', '.join(SCORES)}, got {score!r}")
     cfg = resolve_params(params)
     hcfg = health if isinstance(health, HealthConfig) else HealthConfig.from_mapping(health or {})
     scfg = (samples if isinstance(samples, SampleConfig) else
@@ -364,17 +407,19 @@ def train(
         own = [combos[combo[i]][0] for i in singles]
         single_combo = [combos.index((c,)) for c in range(len(concepts.names))]
         sep_err = torch.zeros(len(singles), len(single_combo), device=device)
+        per_t: dict[str, float] = {}
         for tv in VAL_TIMESTEPS:
             noise = torch.randn(lat.shape, generator=vg).to(device, lat.dtype)
             t = torch.full((lat.shape[0],), tv, device=device, dtype=torch.long)
             noisy = sched.add_noise(lat, noise, t)
             with autocast:
-                total += float(errors(predict(noisy, t, [v[combo] for v in val_ids]), noise).mean())
+                per_t[f"val_loss/t{tv}"] = float(errors(predict(noisy, t, [v[combo] for v in val_ids]), noise).mean())
+                total += per_t[f"val_loss/t{tv}"]
                 if final and singles:
                     for k, sc in enumerate(single_combo):
                         ids_k = [v[sc].expand(len(singles), -1) for v in val_ids]
                         sep_err[:, k] += errors(predict(noisy[singles], t[singles], ids_k), noise[singles])
-        out = {"val_loss": total / len(VAL_TIMESTEPS)}
+        out = {"val_loss": total / len(VAL_TIMESTEPS), **per_t}
         if final and singles:
             hits = int((sep_err.argmin(dim=1).cpu() == torch.tensor(own)).sum())
             n_single = len(singles)
@@ -384,7 +429,11 @@ def train(
     for (emb, _), ce in zip(saved_embs, concept_embs):
         emb.token_embedding = ce
     try:
-        val_init = validate(final=False)["val_loss"]
+        val_started = time.perf_counter()
+        first = validate(final=False)
+        val_init = first["val_loss"]
+        curve = ValidationCurve(trainables.named() if score == "best" else None)
+        curve.add(0, first, time.perf_counter() - val_started)
         # 4) AdamW: embedding lr = ratio x lr; LR warmup from diffusers.optimization
         from diffusers.optimization import get_scheduler
 
@@ -473,24 +522,44 @@ def train(
             except TrialStopped as exc:
                 stopped = exc
                 break
+            done = step + 1  # steps trained; the last one is validated with the final checks below
+            if done % cfg["val_every"] == 0 and done < cfg["steps"]:
+                val_started = time.perf_counter()
+                for ce in concept_embs:
+                    ce.grad_scale = None
+                curve.add(done, validate(final=False), time.perf_counter() - val_started)
+                reason = report(done, {"val_loss": curve.points[-1]["val_loss"],
+                                       "peak_mem_mb": meter.peak_mb(trainable, opt)}) if report else None
+                if reason:
+                    stopped = TrialStopped(reason, step, rung=getattr(report, "last_rung", 0))
+                    break
         for ce in concept_embs:
             ce.grad_scale = None
-        report = monitor.finish(history["train_loss"], stopped=stopped.reason if stopped else None)
+        health_report = monitor.finish(history["train_loss"], stopped=stopped.reason if stopped else None)
         history |= monitor.history
         peak = meter.peak_mb(trainable, opt)
-        health_json = json.dumps(report, indent=2, default=float).encode()
+        health_json = json.dumps(health_report, indent=2, default=float).encode()
         tags = {"peak_mem_source": meter.source, "device": device.type, "model": base.source,
-                "health": report["health"], "loss_phase": report["phase"]}
-        health_metrics = {k: report[k] for k in ("embed_norm", "embed_norm_max_ratio", "embed_norm_growth",
+                "health": health_report["health"], "loss_phase": health_report["phase"]}
+        health_metrics = {k: health_report[k] for k in ("embed_norm", "embed_norm_max_ratio", "embed_norm_growth",
                                                  "embed_vector_std_min", "cos_sim_mean", "cos_sim_spread")
-                          if report[k] is not None and math.isfinite(report[k])}
+                          if health_report[k] is not None and math.isfinite(health_report[k])}
         if stopped is not None:
-            raise TrialStopped(stopped.reason, stopped.step, {
-                "history": history, "tags": tags, "peak_mem_mb": peak, "health": report,
-                "metrics": {"val_loss_init": val_init, "steps_run": stopped.step + 1, **health_metrics},
-                "artifacts": {"health.json": health_json},
+            raise TrialStopped(stopped.reason, stopped.step, rung=stopped.rung, partial={
+                "history": history, "tags": tags, "peak_mem_mb": peak, "health": health_report,
+                "metrics": {"val_loss_init": val_init, "steps_run": stopped.step + 1, **health_metrics,
+                            **curve.metrics(), "peak_mem_mb": peak},
+                "artifacts": {"health.json": health_json}, "curve": curve.points,
             })
+        val_started = time.perf_counter()
         final = validate(final=True)
+        curve.add(cfg["steps"], final, time.perf_counter() - val_started)
+        if report is not None:  # the last point, for the rungs of trials with more steps
+            report(cfg["steps"], {"val_loss": final["val_loss"], "peak_mem_mb": peak})
+        val_final = final["val_loss"]
+        if score == "best" and curve.best_step != cfg["steps"]:
+            curve.restore()  # the best step's trainables, for the score, exports and samples
+            final = validate(final=True)
         learned = [ce.rows().detach().float().cpu().clone() for ce in concept_embs]
         artifacts = _exports(base, tokens, concepts.names, learned, unet if lora_unet else None,
                              encoders if lora_text else [], cfg)
@@ -512,6 +581,9 @@ def train(
         **final,
         "peak_mem_mb": peak,
         "val_loss_init": val_init,
+        "val_loss_final": val_final,
+        "steps_run": cfg["steps"],
+        **curve.metrics(),
         "train_seconds": time.perf_counter() - started - sample_metrics.get("sample_seconds", 0.0),
         **sample_metrics,
         "trainable_params": sum(counts.values()),
@@ -519,8 +591,9 @@ def train(
         **health_metrics,
         "history": history,
         "tags": tags,
-        "health": report,
+        "health": health_report,
         "artifacts": artifacts,
+        "curve": curve.points,
         "datasets": _datasets(resolution, data),
     }
     return Trained(result, {tok: learned[0][i] for i, tok in enumerate(flat)}, base, encoders, unet, trainables)

@@ -58,6 +58,7 @@ def render_page(rep: Any, *, images: Mapping[str, Path], figure: Any, tracking_u
         f"<div class='cards'><div class='card'>trials<b>{s['n_trials']}</b></div>{counts}"
         f"<div class='card'>Pareto front<b>{s['pareto_size']}</b></div>"
         f"<div class='card'>hypervolume<b>{hv}</b></div></div>",
+        _compute_cards(s),
         "<h2>Conclusions</h2>",
         f"<ul class='conclusions'>{conclusions}</ul>" if conclusions else
         "<p>Not enough usable trials for a coupling verdict yet.</p>",
@@ -93,3 +94,15 @@ def render_page(rep: Any, *, images: Mapping[str, Path], figure: Any, tracking_u
         "</div></body></html>",
     ]
     return "\n".join(parts)
+
+
+def _compute_cards(s: Mapping[str, Any]) -> str:
+    """Compute spent (steps, trial-seconds) and what early stops saved, when trials recorded steps."""
+    c = s.get("compute")
+    if not c:
+        return ""
+    esc = html.escape
+    cards = (f"<div class='cards compute'><div class='card'>steps trained<b>{c['steps_trained']}</b></div>"
+             f"<div class='card'>trial-seconds<b>{c['trial_seconds']:.0f}</b></div>"
+             f"<div class='card'>steps saved by early stops<b>{c['steps_saved_by_early_stop']}</b></div></div>")
+    return cards + (f"<p class='compute'>{esc(s['compute_line'])}</p>" if s.get("compute_line") else "")

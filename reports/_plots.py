@@ -160,6 +160,21 @@ def hv_history_png(history: pd.DataFrame, path: Path) -> Path:
     return _save(fig, ax, path, title="Hypervolume of the feasible front", legend=None)
 
 
+def curves_png(curves: Mapping[str, Sequence[tuple[int, float]]], path: Path, *, score: str = "final") -> Path:
+    """val_loss against step, one line per trial, its best step marked."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=110)
+    for i, (label, curve) in enumerate(curves.items()):
+        steps, values = zip(*curve)
+        colour = PALETTE[i % len(PALETTE)] if "worst" not in label else "#7f7f7f"
+        ax.plot(steps, values, c=colour, marker=".", lw=1.2, label=label)
+        k = int(np.argmin(values))
+        ax.scatter([steps[k]], [values[k]], marker="*", s=110, c=colour, edgecolors="black", zorder=4)
+    ax.set_xlabel("step")
+    ax.set_ylabel("val_loss")
+    return _save(fig, ax, path, title=f"Validation during training (★ best step; score: {score})")
+
+
 def pair_png(trials: pd.DataFrame, x: str, y: str, logs: Mapping[str, bool], path: Path,
              fit: LawFit | None = None, *, categorical: Mapping[str, Sequence[Any]] | None = None,
              best_by_level: Sequence[tuple[str, float, float, float]] = ()) -> Path:

@@ -32,13 +32,27 @@ from ._plots import (
     front_png,
     fronts_overlay_png,
     health_png,
+    curves_png,
     hv_history_png,
     law_png,
     pair_png,
 )
 from sweeps import _attrs as A
 
-from ._tables import FIDELITY_NOISE_COLUMNS, NOISE_COLUMNS, categorical_params, converged, numeric_params, pareto_frame, trials_frame, usable, write_table
+from ._tables import (
+    CURVE_COLUMNS,
+    FIDELITY_NOISE_COLUMNS,
+    NOISE_COLUMNS,
+    categorical_params,
+    compute_spent,
+    converged,
+    curves_of,
+    numeric_params,
+    pareto_frame,
+    trials_frame,
+    usable,
+    write_table,
+)
 
 REFERENCE_RULE = (
     "per objective: the worst feasible COMPLETE value plus 10% of the observed range "
@@ -151,8 +165,19 @@ def analyse(study: Any, *, n_boot: int = 20) -> StudyReport:
             if couplings else None
         ),
     }
-    extras = {"feasible", "fidelity", "outcome", *NOISE_COLUMNS, *FIDELITY_NOISE_COLUMNS, "health", "node_id",
-              "rerun_of", "reason"}
+    compute = compute_spent(study, trials)
+    if compute is not None:
+        summary["compute"] = compute
+        if compute["stopped_at_a_rung"]:
+            summary["compute_line"] = (
+                f"Early stops (--early-stop dominated): {compute['stopped_at_a_rung']} trials stopped at a rung, "
+                f"{compute['steps_saved_by_early_stop']} of {compute['steps_planned']} planned optimizer steps "
+                f"({compute['steps_saved_by_early_stop'] / max(1, compute['steps_planned']):.0%}) and about "
+                f"{compute['trial_seconds_saved_by_early_stop_est']:.0f} trial-seconds saved; "
+                f"{compute['steps_trained']} steps trained.")
+    summary["score"] = (study.user_attrs.get(A.SETTINGS) or {}).get("score", "final")
+    extras = {"feasible", "fidelity", "outcome", *NOISE_COLUMNS, *FIDELITY_NOISE_COLUMNS, *CURVE_COLUMNS,
+              "health", "node_id", "rerun_of", "reason"}
     return StudyReport(
         study.study_name, trials, front, summary, couplings, laws,
         hypervolume_history(trials, ok, ref, objectives) if ref else None,
@@ -272,6 +297,11 @@ def write_study_report(study: Any, out_dir: Path, *, tracking_uri: str | None = 
         files["hypervolume.csv"] = out_dir / "hypervolume.csv"
         figs.draw("hypervolume.png", "Hypervolume history", hv_history_png, rep.hv_history,
                   out_dir / "hypervolume.png")
+    curves = curves_of(study)
+    if curves and len(rep.usable):
+        shown = _curves_shown(rep, curves)
+        figs.draw("curves.png", "Validation curves: the front and the worst trial", curves_png, shown,
+                  out_dir / "curves.png", score=rep.summary["score"])
     numeric = numeric_params(study)
     categorical = categorical_params(study)
     logs = {k: bool(v["log"]) for k, v in numeric.items()}
@@ -299,6 +329,15 @@ def write_study_report(study: Any, out_dir: Path, *, tracking_uri: str | None = 
     for note in figs.notes:
         print(f"csweep: report {rep.name}: {note}", file=sys.stderr)
     return files
+
+
+def _curves_shown(rep: StudyReport, curves: dict[int, list[tuple[int, float]]]) -> dict[str, list[tuple[int, float]]]:
+    """The front trials' curves and the worst usable trial's, labelled."""
+    out = {f"trial {int(t)} (front)": curves[int(t)] for t in rep.front["trial"] if int(t) in curves}
+    worst = rep.usable.sort_values("val_loss").iloc[-1]
+    if int(worst.trial) in curves and int(worst.trial) not in set(rep.front["trial"].astype(int)):
+        out[f"trial {int(worst.trial)} (worst)"] = curves[int(worst.trial)]
+    return out
 
 
 def _left_out(rep: StudyReport) -> str:

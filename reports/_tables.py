@@ -17,6 +17,7 @@ from ._analysis import OBJECTIVES, Objectives
 FIXED_COLUMNS = ("trial", "state", "val_loss", "peak_mem_mb", "mlflow_run_id")
 NOISE_COLUMNS = ("n_seeds", "val_loss_std", "val_loss_sem")
 FIDELITY_NOISE_COLUMNS = ("fidelity_std", "fidelity_sem")
+CURVE_COLUMNS = (A.BEST_STEP, A.VAL_LOSS_AT_BEST, A.STEPS_RUN, A.RUNG)  # trials that validated during training
 
 
 def param_names(study: Any) -> list[str]:
@@ -76,6 +77,7 @@ def trials_frame(study: Any) -> pd.DataFrame:
     objectives = Objectives.of(study)
     fidelity = "fidelity" in objectives.names or any(A.FIDELITY in t.user_attrs for t in study.trials)
     reruns = any(A.RERUN_OF in t.user_attrs for t in study.trials)  # csweep rerun-front
+    curves = any(A.VAL_CURVE in t.user_attrs for t in study.trials)  # validated during training
     for t in study.trials:
         outcome = _outcome(t)
         ok = t.values is not None and outcome == "ok"
@@ -102,6 +104,11 @@ def trials_frame(study: Any) -> pd.DataFrame:
         if fidelity:
             row["fidelity_std"] = t.user_attrs.get(A.FIDELITY_STD, math.nan)
             row["fidelity_sem"] = t.user_attrs.get(A.FIDELITY_SEM, math.nan)
+        if curves:
+            row[A.BEST_STEP] = t.user_attrs.get(A.BEST_STEP)
+            row[A.VAL_LOSS_AT_BEST] = t.user_attrs.get(A.VAL_LOSS_AT_BEST, math.nan)
+            row[A.STEPS_RUN] = t.user_attrs.get(A.STEPS_RUN)
+            row[A.RUNG] = t.user_attrs.get(A.RUNG)
         row["health"] = t.user_attrs.get(A.HEALTH, "")
         row["node_id"] = t.user_attrs.get(A.NODE_ID, "")
         if reruns:
@@ -111,9 +118,42 @@ def trials_frame(study: Any) -> pd.DataFrame:
         rows.append(row)
     columns = list(FIXED_COLUMNS) + names + (["feasible"] if constrained else [])
     columns += (["fidelity"] if fidelity else []) + ["outcome", *NOISE_COLUMNS]
-    columns += (list(FIDELITY_NOISE_COLUMNS) if fidelity else []) + ["health", "node_id"]
+    columns += (list(FIDELITY_NOISE_COLUMNS) if fidelity else []) + (list(CURVE_COLUMNS) if curves else [])
+    columns += ["health", "node_id"]
     columns += (["rerun_of"] if reruns else []) + ["reason"]
-    return pd.DataFrame(rows, columns=columns)
+    out = pd.DataFrame(rows, columns=columns)
+    for c in (A.BEST_STEP, A.STEPS_RUN, A.RUNG):
+        if c in out.columns:
+            out[c] = out[c].astype("Int64")  # steps are whole numbers; absent ones stay empty
+    return out
+
+
+def curves_of(study: Any) -> dict[int, list[tuple[int, float]]]:
+    """trial number -> its validation curve [(step, val_loss), ...], for the trials that kept one."""
+    return {t.number: [(int(s), float(v)) for s, v in t.user_attrs[A.VAL_CURVE]]
+            for t in study.trials if t.user_attrs.get(A.VAL_CURVE)}
+
+
+def compute_spent(study: Any, trials: pd.DataFrame) -> dict[str, Any] | None:
+    """Optimizer steps and trial-seconds spent, and what the early stops saved (the steps a stopped
+    trial did not train, and its seconds scaled by them); None when no trial recorded its steps."""
+    if A.STEPS_RUN not in trials.columns or trials[A.STEPS_RUN].isna().all():
+        return None
+    planned = {t.number: t.user_attrs.get(A.STEPS_PLANNED) for t in study.trials}
+    run = {t.number: t.user_attrs.get(A.STEPS_RUN) for t in study.trials}
+    seconds = {t.number: (t.datetime_complete - t.datetime_start).total_seconds()
+               for t in study.trials if t.datetime_complete is not None and t.datetime_start is not None}
+    stopped = [t.number for t in study.trials if t.user_attrs.get(A.RUNG)]
+    steps_saved = sum(planned[n] - run[n] for n in stopped if planned.get(n) and run.get(n))
+    seconds_saved = sum(seconds[n] * (planned[n] / run[n] - 1) for n in stopped
+                        if n in seconds and planned.get(n) and run.get(n))
+    steps_trained = sum(v for v in run.values() if v)
+    return {"steps_trained": int(steps_trained), "steps_planned": int(sum(v for v in planned.values() if v)),
+            "steps_saved_by_early_stop": int(steps_saved), "trial_seconds": float(sum(seconds.values())),
+            "trial_seconds_saved_by_early_stop_est": float(seconds_saved),
+            "stopped_at_a_rung": len(stopped),
+            "stopped_at_rung": {str(k): int(v) for k, v in pd.Series(
+                [study.trials[n].user_attrs[A.RUNG] for n in stopped], dtype="int64").value_counts().sort_index().items()}}
 
 
 def usable(trials: pd.DataFrame) -> pd.DataFrame:

@@ -36,6 +36,13 @@ FIDELITY = "fidelity"  # concept fidelity of the trial's samples, when it drew a
 FIDELITY_STD = "fidelity_std"  # with --seeds K > 1: the replicates' std, sem and values
 FIDELITY_SEM = "fidelity_sem"
 FIDELITY_REPLICATES = "fidelity_replicates"
+VAL_CURVE = "val_curve"  # [[step, val_loss], ...] of the validations during training
+BEST_STEP = "best_step"  # the validated step with the lowest val_loss
+VAL_LOSS_AT_BEST = "val_loss_at_best"
+STEPS_RUN = "steps_run"  # optimizer steps the trial trained (fewer than planned when stopped)
+STEPS_PLANNED = "steps_planned"  # the steps it was configured for
+PEAK_MEM_SEEN = "peak_mem_mb_seen"  # a pruned trial's peak memory up to its stop
+RUNG = "rung"  # --early-stop dominated: the rung (1, 2, ...) at which the trial was stopped
 RERUN_OF = "rerun_of"  # `csweep rerun-front`: the trial whose config this one re-trains
 
 # --- MLflow run tags ------------------------------------------------------------------------

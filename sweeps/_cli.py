@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -96,7 +97,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-fail-share", type=_positive_float("--max-fail-share"), default=0.5,
                      help="stop the sweep once more than this share of its trials failed [0.5]")
     run.add_argument("--no-early-stop", action="store_true",
-                     help="never stop a diverging trial early (diagnostics are still computed)")
+                     help="never stop a trial early: neither a diverging one nor (--early-stop) a dominated "
+                          "one (diagnostics are still computed)")
+    run.add_argument("--early-stop", choices=("dominated",),
+                     help="also stop a trial at a rung when a trial that reached the same step used no more "
+                          "memory and had a clearly lower val_loss there (PRUNED, with the reason and rung)")
+    run.add_argument("--rungs", default="0.111,0.333", metavar="F,F",
+                     help="--early-stop dominated: the rungs, as fractions of a trial's steps [0.111,0.333]")
+    run.add_argument("--score", choices=("final", "best"), default="final",
+                     help="the study's val_loss: the trial's last validation, or its best validated step's "
+                          "(then its exports and samples are that step's too) [final]")
     run.add_argument("--health", action="append", default=[], metavar="KEY=VALUE",
                      help="override a health threshold (see docs/objective.md: Training health)")
     run.add_argument("--samples", type=_positive_int("--samples"), metavar="N",
@@ -261,6 +271,89 @@ def check_objective_params(space: SearchSpace, fixed: dict[str, Any], objective:
             err = check_against_model(name, value, limits)
         if err:
             raise UsageError(f"{space.source}: {where}: {err}")
+    if objective.builtin:
+        _check_val_every(space, fixed)
+
+
+def _extremes(space: SearchSpace, fixed: dict[str, Any], name: str) -> tuple[str, list[Any]]:
+    """(where, the values a param can take at its ends): its fixed value or its sampled bounds."""
+    for p in space.params:
+        if p.name == name:
+            return f"params.{name}", [v for v in p.extremes() if isinstance(v, int)]
+    if name in fixed:
+        return f"fixed.{name}", [fixed[name]] if isinstance(fixed[name], int) else []
+    from objectives import TEXTUAL_INVERSION_PARAMS
+
+    return f"the default {name}", [TEXTUAL_INVERSION_PARAMS[name].default]
+
+
+def _check_val_every(space: SearchSpace, fixed: dict[str, Any]) -> None:
+    """val_every <= steps for every config the space can sample: the largest val_every against
+    the fewest steps."""
+    from objectives import check_val_every
+
+    where, every = _extremes(space, fixed, "val_every")
+    _, steps = _extremes(space, fixed, "steps")
+    every = [v for v in every if v is not None]
+    if every and steps:
+        err = check_val_every(max(every), min(steps))
+        if err:
+            raise UsageError(f"{space.source}: {where}: {err}")
+
+
+def check_curve_options(a: argparse.Namespace, space: SearchSpace, fixed: dict[str, Any],
+                        objective: Any) -> tuple[float, ...]:
+    """--score best and --early-stop dominated need a curve: the built-in objective validates
+    during training; a plug-in must be a generator that yields its validations. The rungs must
+    fit the fewest steps a trial can have. Returns the rungs."""
+    from ._rungs import check_rungs, parse_rungs, rung_steps
+
+    try:
+        rungs = parse_rungs(a.rungs)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    wanted = [flag for flag, on in (("--score best", a.score == "best"),
+                                    ("--early-stop dominated", a.early_stop == "dominated")) if on]
+    if a.early_stop and a.no_early_stop:
+        raise UsageError("--early-stop dominated and --no-early-stop contradict each other; give one")
+    if not wanted:
+        return rungs
+    if not objective.builtin:
+        import inspect
+
+        if not inspect.isgeneratorfunction(objective.load()):
+            raise UsageError(f"{wanted[0]}: objective {objective.target!r} reports no curve; make it a generator "
+                             "that yields {'step': s, 'val_loss': v, 'peak_mem_mb': m} after each validation and "
+                             "returns its final mapping (docs/objective.md)")
+    if a.early_stop != "dominated":
+        return rungs
+    where, steps = _extremes(space, fixed, "steps") if objective.builtin else _plugin_steps(space, fixed)
+    if not steps:
+        raise UsageError("--early-stop dominated: the rungs are fractions of a trial's `steps`; the space has no "
+                         "int parameter `steps` (fixed or sampled)")
+    err = check_rungs(rungs, min(steps))
+    if err is None and objective.builtin:
+        from objectives import default_val_every
+
+        _, every = _extremes(space, fixed, "val_every")
+        for n in steps:
+            for ve in [v if v is not None else default_val_every(n) for v in every] or [default_val_every(n)]:
+                first = min(rung_steps(rungs, n))
+                if math.ceil(first / ve) * ve >= n:
+                    err = (f"--rungs {a.rungs}: a trial of {n} steps validating every {ve} steps has no "
+                           f"validation between its first rung (step {first}) and its end; lower val_every")
+                    break
+    if err:
+        raise UsageError(f"{space.source}: {where}: {err}")
+    return rungs
+
+
+def _plugin_steps(space: SearchSpace, fixed: dict[str, Any]) -> tuple[str, list[Any]]:
+    for p in space.params:
+        if p.name == "steps":
+            return "params.steps", [v for v in p.extremes() if isinstance(v, int) and not isinstance(v, bool)]
+    value = fixed.get("steps")
+    return "fixed.steps", [value] if isinstance(value, int) and not isinstance(value, bool) else []
 
 
 def _load_space(ref: str) -> SearchSpace:
@@ -304,6 +397,7 @@ def run_config(a: argparse.Namespace) -> Any:
         raise UsageError(f"--health: {exc}") from None
     check_model(a.model)
     check_objective_params(space, fixed, objective, a.model)
+    rungs = check_curve_options(a, space, fixed, objective)
     samples = sample_settings(space, a, builtin=objective.builtin)
     objectives = objective_names(a.objectives, samples=samples, builtin=objective.builtin)
     if a.max_retries < 0:
@@ -333,7 +427,7 @@ def run_config(a: argparse.Namespace) -> Any:
         workers=a.workers, workdir=workdir, storage=storage, tracking_uri=tracking,
         objective=objective_name, builtin=objective.builtin, fixed=fixed, model=a.model,
         data=str(Path(a.data).resolve()) if a.data else None, sampler=a.sampler, seed=a.seed, seeds=a.seeds,
-        until_decisive=a.until_decisive,
+        until_decisive=a.until_decisive, score=a.score, early_stop=a.early_stop or "", rungs=rungs,
         ray_address=a.ray_address, cpus_per_trial=a.cpus_per_trial, gpus_per_trial=a.gpus_per_trial,
         max_mem_mb=a.max_mem_mb, health=health, samples=samples, progress=not a.no_progress,
         max_retries=a.max_retries, max_fail_share=a.max_fail_share, objectives=objectives,

@@ -31,7 +31,7 @@ class WorkerLost(Exception):
 class WorkerPool(Protocol):
     size: int
 
-    def submit(self, widx: int, params: Mapping[str, Any]) -> Hashable: ...
+    def submit(self, widx: int, params: Mapping[str, Any], trial: int | None = None) -> Hashable: ...
 
     def wait(self, handles: Sequence[Hashable], timeout: float) -> list[Hashable]: ...
 
@@ -184,7 +184,7 @@ class Driver:
     def _send(self, widx: int, owner: _Trial, replicate: int, *, attempt: int) -> None:
         self.seq += 1
         params = {**owner.params, "seed": owner.seeds[replicate]}
-        handle = self.pool.submit(widx, params)
+        handle = self.pool.submit(widx, params, owner.trial.number)
         self.in_flight[handle] = _Task(owner, replicate, widx, self.generation[widx], attempt, self.seq)
         self.load[widx] += 1
 

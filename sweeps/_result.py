@@ -40,6 +40,8 @@ class TrialResult:
     seed: int | None = None  # the replicate's seed, when it had one
     replicates: list[TrialResult] = field(default_factory=list)  # with --seeds K > 1
     datasets: list[dict[str, Any]] = field(default_factory=list)  # the data it saw (MLflow dataset inputs)
+    # validations during training: {"step": s, "val_loss": v, "val_loss/t100": ...} per point
+    curve: list[dict[str, float]] = field(default_factory=list)
 
     @classmethod
     def failed(cls, reason: str, **kw: Any) -> TrialResult:
@@ -61,7 +63,7 @@ def normalize(raw: Any) -> dict[str, Any]:
         raise ValueError(f"objective returned {type(raw).__name__}, expected a mapping")
     metrics: dict[str, float] = {}
     for key, value in raw.items():
-        if key in ("history", "tags", "artifacts", "health", "datasets"):
+        if key in ("history", "tags", "artifacts", "health", "datasets", "curve"):
             continue
         try:
             metrics[str(key)] = float(value)
@@ -78,7 +80,56 @@ def normalize(raw: Any) -> dict[str, Any]:
         "tags": {k: str(v) for k, v in dict(raw.get("tags", {})).items()},
         "artifacts": {str(k): bytes(v) for k, v in dict(raw.get("artifacts", {})).items()},
         "datasets": [dict(d) for d in raw.get("datasets", [])],
+        "curve": parse_curve(raw.get("curve", [])),
     }
+
+
+def parse_curve(points: Any) -> list[dict[str, float]]:
+    """A curve as the objective reported it: points with an int `step` >= 0 and a finite val_loss,
+    in increasing step order; raises ValueError naming what is wrong."""
+    out: list[dict[str, float]] = []
+    for point in points or []:
+        if not isinstance(point, Mapping) or "step" not in point or "val_loss" not in point:
+            raise ValueError(f"a curve point must be a mapping with step and val_loss, got {point!r}")
+        step = point["step"]
+        if isinstance(step, bool) or not isinstance(step, (int, float)) or step < 0 or int(step) != step:
+            raise ValueError(f"a curve point's step must be an int >= 0, got {step!r}")
+        try:
+            values = {str(k): float(v) for k, v in point.items() if k != "step"}
+        except (TypeError, ValueError):
+            raise ValueError(f"a curve point's values must be numbers, got {point!r}") from None
+        if not math.isfinite(values["val_loss"]):
+            raise ValueError(f"a curve point's val_loss must be finite, got {values['val_loss']} at step {step}")
+        if out and int(step) <= out[-1]["step"]:
+            raise ValueError(f"curve steps must increase, got {int(step)} after {int(out[-1]['step'])}")
+        out.append({"step": int(step), **values})
+    return out
+
+
+def best_point(curve: Sequence[Mapping[str, float]]) -> tuple[int, float]:
+    """(best step, its val_loss): the lowest val_loss, the earliest of equals."""
+    best = min(curve, key=lambda p: (p["val_loss"], p["step"]))
+    return int(best["step"]), float(best["val_loss"])
+
+
+def curve_metrics(curve: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    if not curve:
+        return {}
+    step, value = best_point(curve)
+    return {"best_step": float(step), "val_loss_at_best": value}
+
+
+def mean_curve(curves: Sequence[Sequence[Mapping[str, float]]]) -> list[dict[str, float]]:
+    """The replicates' mean at the steps every replicate validated."""
+    if not curves or any(not c for c in curves):
+        return []
+    by_step = [{int(p["step"]): p for p in c} for c in curves]
+    steps = sorted(set.intersection(*(set(b) for b in by_step)))
+    out = []
+    for s in steps:
+        keys = set.intersection(*(set(b[s]) for b in by_step)) - {"step"}
+        out.append({"step": s, **{k: float(sum(b[s][k] for b in by_step) / len(by_step)) for k in sorted(keys)}})
+    return out
 
 
 # --- K seed replicates -> one trial ---------------------------------------------------------
@@ -120,9 +171,12 @@ def combine(replicates: Sequence[TrialResult]) -> TrialResult:
         metrics |= {std_key: std, sem_key: std / math.sqrt(len(values))}
         history[f"replicate_{name}"] = [float(v) for v in values]
     metrics[A.N_SEEDS] = float(len(replicates))
+    curve = mean_curve([r.curve for r in replicates])
+    if curve:  # the best step of the mean curve (each replicate's own is in its history)
+        metrics |= curve_metrics(curve)
     return TrialResult(Kind.OK, metrics, history, dict(first.tags), artifacts, node=node, seconds=seconds,
                        config=dict(first.config), seed=first.seed, replicates=list(replicates),
-                       datasets=list(first.datasets))
+                       datasets=list(first.datasets), curve=curve)
 
 
 def require(result: TrialResult, objectives: Sequence[str]) -> TrialResult:
@@ -154,6 +208,15 @@ def tell(study: Any, trial: Any, result: TrialResult, *, max_mem_mb: float | Non
     if "health" in result.tags:
         trial.set_user_attr(A.HEALTH, result.tags["health"])
     trial.set_user_attr(A.N_SEEDS, max(1, len(result.replicates)))  # part of the user-facing contract
+    if result.curve:
+        trial.set_user_attr(A.VAL_CURVE, [[int(p["step"]), p["val_loss"]] for p in result.curve])
+        for key in (A.BEST_STEP, A.VAL_LOSS_AT_BEST):
+            if key in result.metrics:
+                value = result.metrics[key]
+                trial.set_user_attr(key, int(value) if key == A.BEST_STEP else value)
+    for key in (A.STEPS_RUN, A.STEPS_PLANNED, A.RUNG):
+        if key in result.metrics:
+            trial.set_user_attr(key, int(result.metrics[key]))
     if len(result.replicates) > 1:
         trial.set_user_attr(A.SEEDS, result.seeds)
     if result.kind is Kind.OK:
@@ -170,6 +233,8 @@ def tell(study: Any, trial: Any, result: TrialResult, *, max_mem_mb: float | Non
         study.tell(trial, [m[o] for o in objectives])
     elif result.kind is Kind.PRUNED:
         trial.set_user_attr(A.PRUNE_REASON, result.reason or "pruned by the objective")
+        if math.isfinite(result.metrics.get("peak_mem_mb", math.nan)):
+            trial.set_user_attr(A.PEAK_MEM_SEEN, result.metrics["peak_mem_mb"])
         study.tell(trial, state=TrialState.PRUNED)
     elif result.kind is Kind.OUT_OF_MEMORY:
         trial.set_user_attr(A.OUT_OF_MEMORY, True)
@@ -200,6 +265,18 @@ def mlflow_record(result: TrialResult) -> tuple[str, dict[str, Any]]:
         artifacts["traceback.txt"] = (result.traceback or result.reason).encode()
     record = {"metrics": dict(result.metrics), "history": dict(result.history), "tags": tags,
               "artifacts": artifacts, "config": dict(result.config) or None}
+    if result.curve:
+        record["curve"] = curve_series(result.curve)
     if result.datasets:
         record["datasets"] = list(result.datasets)
     return _STATUS[result.kind], record
+
+
+def curve_series(curve: Sequence[Mapping[str, float]]) -> dict[str, list[list[float]]]:
+    """A curve as MLflow metric series: {"val_loss": [[step, value], ...], "val_loss/t100": ...}."""
+    out: dict[str, list[list[float]]] = {}
+    for p in curve:
+        for k, v in p.items():
+            if k != "step":
+                out.setdefault(k, []).append([int(p["step"]), float(v)])
+    return out

@@ -182,7 +182,7 @@ def run_sweep(cfg: RunConfig) -> Outcome:
 
     target = get_objective(cfg.objective).target
     pool = RayPool(cfg.workers, options, target, cfg.builtin, cfg.model, data, cfg.health, cfg.samples, int(cpus),
-                   () if cluster else (os.getcwd(),))
+                   () if cluster else (os.getcwd(),), cfg.score, rung_board(cfg, study))
     bar = _progress(cfg)
     stop = threading.Event()
     driver = Driver(
@@ -224,6 +224,35 @@ def run_sweep(cfg: RunConfig) -> Outcome:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return outcome
+
+
+def rung_board(cfg: RunConfig, study: Any) -> Any:
+    """--early-stop dominated: the board every worker reports its validations to (a Ray actor),
+    holding the curves of the study's finished trials already (a resume's)."""
+    if cfg.early_stop != "dominated":
+        return None
+    import ray
+
+    from ._rungs import RungBoard
+
+    board = ray.remote(RungBoard).options(num_cpus=0).remote(tuple(cfg.rungs))
+    ray.get(board.seed_with.remote(finished_curves(study)))
+    return board
+
+
+def finished_curves(study: Any) -> list[tuple[int, float, list]]:
+    """(trial, peak memory, curve) of every finished trial that kept its curve."""
+    from optuna.trial import TrialState
+
+    out = []
+    names = list(study.metric_names or ())
+    for t in study.trials:
+        if t.state not in (TrialState.COMPLETE, TrialState.PRUNED) or not t.user_attrs.get(A.VAL_CURVE):
+            continue
+        mem = t.values[names.index("peak_mem_mb")] if t.values and "peak_mem_mb" in names else \
+            t.user_attrs.get(A.PEAK_MEM_SEEN)
+        out.append((t.number, mem, t.user_attrs[A.VAL_CURVE]))
+    return out
 
 
 def _end_run(cfg: RunConfig, study: Any, mlflow: SafeTracker, parent: str, outcome: Outcome) -> None:

@@ -36,6 +36,9 @@ class RunConfig:
     seed: int | None = None
     seeds: int = 1
     until_decisive: bool = False  # stop once every hypothesis (or pair) has a decided verdict
+    score: str = "final"  # the study's val_loss: the trial's last validation, or its best step's
+    early_stop: str = ""  # "dominated": stop trials the others beat at a rung (sweeps._rungs)
+    rungs: tuple[float, ...] = (1 / 9, 1 / 3)  # fractions of a trial's steps
     ray_address: str | None = field(default=None, metadata=PER_INVOCATION)
     cpus_per_trial: float | None = None  # None: the CPUs shared among the trials in flight
     gpus_per_trial: float | None = None
@@ -58,6 +61,7 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "objectives", tuple(self.objectives))  # JSON gives a list
+        object.__setattr__(self, "rungs", tuple(self.rungs))
 
     @staticmethod
     def stored_fields() -> list[str]:

@@ -60,7 +60,7 @@ def sync_study(study: Any, workdir: Path, tracking_uri: str, *, artifact_root: P
             tracker.finish_trial(run_id, status=record["status"], metrics=record.get("metrics", {}),
                                  history=record.get("history", {}), tags=record.get("tags", {}),
                                  artifacts=artifacts, config=record.get("config"),
-                                 datasets=record.get("datasets", ()))
+                                 datasets=record.get("datasets", ()), curve=record.get("curve", {}))
             record_path.unlink()
             shutil.rmtree(art_dir, ignore_errors=True)
         else:
@@ -70,6 +70,7 @@ def sync_study(study: Any, workdir: Path, tracking_uri: str, *, artifact_root: P
             reason = (t.user_attrs.get(A.FAIL_REASON) or t.user_attrs.get(A.PRUNE_REASON)
                       or study.user_attrs.get(A.STALE, {}).get(str(t.number), ""))
             tags = {A.TAG_STATE: t.state.name, **({A.FAIL_REASON: reason} if reason else {})}
-            tracker.finish_trial(run_id, status=status, metrics=metrics, tags=tags)
+            curve = {"val_loss": t.user_attrs[A.VAL_CURVE]} if t.user_attrs.get(A.VAL_CURVE) else {}
+            tracker.finish_trial(run_id, status=status, metrics=metrics, tags=tags, curve=curve)
     tracker.end_parent(parent)
     return created, filled, already

@@ -149,16 +149,21 @@ class Tracker:
         artifacts: Mapping[str, bytes] = {},
         config: Mapping[str, Any] | None = None,
         datasets: Sequence[Mapping[str, Any]] = (),
+        curve: Mapping[str, Sequence[Sequence[float]]] = {},
     ) -> str:
-        """Log a finished trial's record and end its run; returns the run id."""
+        """Log a finished trial's record and end its run; returns the run id. `curve`: metric
+        series at the steps they were measured (val_loss during training); a final metric of the
+        same name is its last point, so it is not logged again at step 0."""
         from mlflow.entities import Metric, RunTag
 
         import time
 
         now = int(time.time() * 1000)
-        rows = [Metric(k, float(v), now, 0) for k, v in metrics.items() if _finite(v)]
+        rows = [Metric(k, float(v), now, 0) for k, v in metrics.items() if _finite(v) and k not in curve]
         for key, values in history.items():
             rows += [Metric(key, float(v), now, i) for i, v in enumerate(values) if _finite(v)]
+        for key, points in curve.items():
+            rows += [Metric(key, float(v), now, int(step)) for step, v in points if _finite(v)]
         tag_rows = [RunTag(k, str(v)) for k, v in tags.items()]
         for i in range(0, max(len(rows), 1), 1000):
             self.client.log_batch(run_id, metrics=rows[i : i + 1000], tags=tag_rows if i == 0 else [])

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._result import Kind, TrialResult, normalize
+from . import _attrs as A
+from ._result import Kind, TrialResult, best_point, curve_metrics, normalize, parse_curve
 
 def _node_id() -> str:
     """The Ray node this trial ran on; "local" outside Ray (run_trial called directly), where
@@ -32,12 +34,17 @@ def resolved_config(objective: str, builtin: bool, params: Mapping[str, Any]) ->
     return dict(params)
 
 
+Reporter = Callable[[int, Mapping[str, float]], str]
+
+
 def run_trial(
     objective: str, builtin: bool, params: Mapping[str, Any], *, model: str, data: str | None,
     health: Mapping[str, Any] | None = None, samples: Mapping[str, Any] | None = None,
+    score: str = "final", report: Reporter | None = None,
 ) -> TrialResult:
     """Run one trial (one seed replicate) in this process; never raises: a failure, an
-    out-of-memory error or a stop is a result."""
+    out-of-memory error or a stop is a result. `report(step, values)` is called after each
+    validation during training; a non-empty answer stops the trial there (PRUNED, that reason)."""
     import optuna
 
     from objectives import TrialStopped, get_objective
@@ -47,17 +54,26 @@ def run_trial(
     try:
         config = resolved_config(objective, builtin, params)
         fn = get_objective(objective).load()
-        raw = (fn(dict(params), model=model, data=data, health=dict(health or {}), samples=samples)
-               if builtin else fn(dict(params)))
+        if builtin:
+            raw = fn(dict(params), model=model, data=data, health=dict(health or {}), samples=samples,
+                     score=score, report=report)
+        else:
+            raw = fn(dict(params))
+            if inspect.isgenerator(raw):
+                raw = drive_curve(raw, score=score, report=report)
         out = TrialResult(Kind.OK, **normalize(raw))
+        out.metrics |= {k: v for k, v in curve_metrics(out.curve).items() if k not in out.metrics}
     except (optuna.TrialPruned, TrialStopped) as exc:
         partial = getattr(exc, "partial", {}) or {}
+        curve = parse_curve(partial.get("curve", []))
         out = TrialResult(
             Kind.PRUNED, reason=str(exc) or "pruned by the objective",
-            metrics={k: float(v) for k, v in partial.get("metrics", {}).items()},
+            metrics={**curve_metrics(curve), **{k: float(v) for k, v in partial.get("metrics", {}).items()}},
             history=dict(partial.get("history", {})), tags=dict(partial.get("tags", {})),
-            artifacts=dict(partial.get("artifacts", {})),
+            artifacts=dict(partial.get("artifacts", {})), curve=curve,
         )
+        if isinstance(exc, TrialStopped) and exc.rung:
+            out.metrics[A.RUNG] = float(exc.rung)
     except Exception as exc:  # noqa: BLE001 - any failure of a trial is recorded, not raised
         if exc.__class__.__name__ == "OutOfMemoryError":
             _release_memory()
@@ -66,8 +82,46 @@ def run_trial(
             out = TrialResult.failed(f"{exc.__class__.__name__}: {exc}"[:2000],
                                      traceback=traceback.format_exc()[-4000:])
     out.config = config
+    if isinstance(config.get("steps"), int):
+        out.metrics[A.STEPS_PLANNED] = float(config["steps"])
+        if out.curve and A.STEPS_RUN not in out.metrics:
+            out.metrics[A.STEPS_RUN] = float(out.curve[-1]["step"])
     out.node = _node_id()
     out.seconds = time.perf_counter() - started
+    return out
+
+
+def drive_curve(gen: Generator[Mapping[str, Any], None, Any], *, score: str,
+                report: Reporter | None) -> dict[str, Any]:
+    """A plug-in that reports its curve: a generator that yields `{"step": s, "val_loss": v}` (and
+    `peak_mem_mb` once known) after each validation and returns its final mapping. Each point goes
+    to `report`; a stop closes the generator (its `finally` runs) and raises TrialStopped with the
+    curve so far. With `score="best"` the final val_loss is the curve's lowest (the final one is
+    kept as val_loss_final)."""
+    from objectives import TrialStopped
+
+    curve: list[dict[str, Any]] = []
+    while True:
+        try:
+            point = next(gen)
+        except StopIteration as end:
+            final = end.value
+            break
+        curve = parse_curve([*curve, point])
+        reason = report(int(point["step"]), dict(point)) if report is not None else ""
+        if reason:
+            gen.close()
+            raise TrialStopped(reason, int(point["step"]) - 1, {"curve": curve, "metrics": {
+                A.STEPS_RUN: float(point["step"]), **({"peak_mem_mb": float(point["peak_mem_mb"])}
+                                                      if "peak_mem_mb" in point else {})}},
+                rung=getattr(report, "last_rung", 0))
+    if not isinstance(final, Mapping):
+        raise ValueError(f"the objective's generator returned {type(final).__name__}, expected its final mapping "
+                         "(return {'val_loss': ..., 'peak_mem_mb': ...} after the last yield)")
+    out = {**final, "curve": curve}
+    if score == "best" and curve:
+        step, value = best_point(curve)
+        out |= {"val_loss_final": final.get("val_loss"), "val_loss": value}
     return out
 
 
@@ -87,7 +141,8 @@ class TrialWorker:
 
     def __init__(self, objective: str, builtin: bool, model: str, data: Any,
                  health: Mapping[str, Any] | None = None, samples: Mapping[str, Any] | None = None,
-                 threads: int = 1, import_from: Sequence[str] = ()) -> None:
+                 threads: int = 1, import_from: Sequence[str] = (), score: str = "final",
+                 board: Any = None) -> None:
         # a plug-in module is imported from the sweep's working directory first: Ray hands a
         # worker the sys.path its driver had when Ray started, which in a process that runs
         # several sweeps (a notebook) may be an earlier sweep's directory
@@ -98,6 +153,7 @@ class TrialWorker:
         self.samples = dict(samples) if samples is not None else None
         self.threads = max(1, int(threads))
         self._threads_set = False
+        self.score, self.board = score, board  # board: --early-stop dominated's (sweeps._rungs)
 
     def ready(self) -> bool:
         """Imports what a trial needs (optuna, csweep's objectives, the objective itself), so
@@ -113,14 +169,23 @@ class TrialWorker:
             pass
         return True
 
-    def run(self, params: Mapping[str, Any]) -> TrialResult:
+    def run(self, params: Mapping[str, Any], trial: int | None = None) -> TrialResult:
         if self.builtin and not self._threads_set:
             import torch
 
             torch.set_num_threads(self.threads)
             self._threads_set = True
         return run_trial(self.objective, self.builtin, params, model=self.model, data=self.data,
-                         health=self.health, samples=self.samples)
+                         health=self.health, samples=self.samples, score=self.score,
+                         report=self.reporter(params, trial))
+
+    def reporter(self, params: Mapping[str, Any], trial: int | None) -> Reporter | None:
+        if self.board is None or trial is None:
+            return None
+        from ._rungs import BoardReporter
+
+        steps = resolved_config(self.objective, self.builtin, params).get("steps")
+        return BoardReporter(self.board, trial, int(params.get("seed", 0) or 0), int(steps))
 
 
 class RayPool:
@@ -143,8 +208,8 @@ class RayPool:
 
         ray.wait([w.ready.remote() for w in self.workers], num_returns=len(self.workers), timeout=timeout)
 
-    def submit(self, widx: int, params: Mapping[str, Any]) -> Any:
-        return self.workers[widx].run.remote(dict(params))
+    def submit(self, widx: int, params: Mapping[str, Any], trial: int | None = None) -> Any:
+        return self.workers[widx].run.remote(dict(params), trial)
 
     def wait(self, handles: Sequence[Any], timeout: float) -> list[Any]:
         import ray

@@ -53,7 +53,7 @@ class FakePool:
         self.queues = [[] for _ in range(self.size)]
         self.generation = [0] * self.size
 
-    def submit(self, widx: int, params: Mapping[str, Any]) -> int:
+    def submit(self, widx: int, params: Mapping[str, Any], trial: int | None = None) -> int:
         handle = next(self._ids)
         self.tasks[handle] = _Task(handle, widx, self.generation[widx], dict(params))
         self.queues[widx].append(handle)

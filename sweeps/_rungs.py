@@ -1,0 +1,160 @@
+"""`--early-stop dominated`: stop a trial at a rung once the trials that reached that step beat
+it on both objectives.
+
+Optuna cannot prune multi-objective studies, and Ray Tune's schedulers rank one metric. In a
+csweep study one objective, peak memory, is known after the first steps (exactly, on the CPU) and
+only val_loss moves. So at a rung (a fraction of the trial's steps: 1/9 and 1/3 by default, as
+in ASHA's and MO-ASHA's reduction factor 3) a trial is stopped when another trial that reached the
+same step used no more memory and had a val_loss lower by more than the margin there: it can no
+longer join the memory/loss front unless its curve crosses theirs. A rung needs a few trials
+that reached it before it stops anything (`min_reached`), as ASHA's rungs do.
+
+The board is one object that every worker reports to (a Ray actor in a sweep; in-process in
+tests). It keeps each trial's curve per seed replicate; with `--seeds K` a trial's value at a
+step is its replicates' mean there. Other trials' values at a step between two of their
+validations are read off their curves by linear interpolation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_RUNGS = (1 / 9, 1 / 3)
+MARGIN = 0.01  # relative: a dominating trial's val_loss is below this trial's by more than 1%
+MIN_REACHED = 3  # trials (besides this one) that reached the step before a rung stops anything
+
+
+def rung_steps(fractions: Sequence[float], steps: int) -> list[int]:
+    """The step of each rung in a trial of `steps` steps: ceil(fraction x steps), at least 1."""
+    return [max(1, math.ceil(f * steps - 1e-9)) for f in fractions]
+
+
+def check_rungs(fractions: Sequence[float], steps: int) -> str | None:
+    """Why these rungs do not fit a trial of `steps` steps, or None."""
+    bad = [s for s in rung_steps(fractions, steps) if s >= steps]
+    if bad:
+        return (f"--rungs {','.join(f'{f:g}' for f in fractions)} place a rung at step {bad[0]} of a trial of "
+                f"{steps} steps; a rung must come before the trial's last step")
+    return None
+
+
+def parse_rungs(text: str) -> tuple[float, ...]:
+    """'0.111,0.333' -> fractions in (0, 1), increasing; raises ValueError naming the rule."""
+    try:
+        values = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise ValueError(f"--rungs must be fractions of the trial's steps, e.g. 0.111,0.333, got {text!r}") from None
+    if not values or any(not 0 < v < 1 for v in values) or list(values) != sorted(set(values)):
+        raise ValueError(f"--rungs must be increasing fractions in (0, 1) of the trial's steps, got {text!r}")
+    return values
+
+
+def _at(curve: Mapping[int, float], step: int) -> float | None:
+    """A curve's value at `step`: measured there, or interpolated between the validations on
+    either side; None outside what it measured."""
+    if step in curve:
+        return curve[step]
+    below = [s for s in curve if s < step]
+    above = [s for s in curve if s > step]
+    if not below or not above:
+        return None
+    a, b = max(below), min(above)
+    return curve[a] + (curve[b] - curve[a]) * (step - a) / (b - a)
+
+
+@dataclass
+class Decision:
+    trial: int
+    rung: int  # 1, 2, ...
+    step: int
+    stopped: bool
+    reason: str = ""
+
+
+@dataclass
+class RungBoard:
+    fractions: tuple[float, ...] = DEFAULT_RUNGS
+    margin: float = MARGIN
+    min_reached: int = MIN_REACHED
+    curves: dict[int, dict[int, dict[int, float]]] = field(default_factory=dict)  # trial -> seed -> step -> val
+    memory: dict[int, float] = field(default_factory=dict)  # trial -> its peak memory so far
+    passed: dict[tuple[int, int], int] = field(default_factory=dict)  # (trial, seed) -> rungs judged
+    stopped: dict[int, Decision] = field(default_factory=dict)
+    decisions: list[Decision] = field(default_factory=list)
+
+    def seed_with(self, trials: Sequence[tuple[int, float, Sequence[Sequence[float]]]]) -> None:
+        """Curves of finished trials (a resumed study's): (trial, peak memory, [[step, val], ...])."""
+        for number, mem, curve in trials:
+            self.curves.setdefault(number, {})[0] = {int(s): float(v) for s, v in curve}
+            if mem is not None and math.isfinite(mem):
+                self.memory[number] = float(mem)
+
+    def report(self, trial: int, seed: int, steps: int, step: int, values: Mapping[str, Any]) -> tuple[str, int]:
+        """A validation of one replicate of `trial` (planned `steps` steps) at `step`. Returns
+        (reason to stop, rung) or ("", 0) to go on."""
+        self.curves.setdefault(trial, {}).setdefault(seed, {})[int(step)] = float(values["val_loss"])
+        mem = values.get("peak_mem_mb")
+        if mem is not None and math.isfinite(float(mem)):
+            self.memory[trial] = max(self.memory.get(trial, 0.0), float(mem))
+        if trial in self.stopped:
+            d = self.stopped[trial]
+            return d.reason, d.rung
+        rungs = rung_steps(self.fractions, steps)
+        k = self.passed.get((trial, seed), 0)
+        while k < len(rungs) and rungs[k] <= step < steps:
+            k += 1
+            decision = self._judge(trial, k, step)
+            self.decisions.append(decision)
+            if decision.stopped:
+                self.passed[(trial, seed)] = k
+                self.stopped[trial] = decision
+                return decision.reason, decision.rung
+        self.passed[(trial, seed)] = k
+        return "", 0
+
+    def value(self, trial: int, step: int) -> float | None:
+        """A trial's value at `step`: its replicates' mean over those that measured it."""
+        values = [v for c in self.curves.get(trial, {}).values() if (v := _at(c, step)) is not None]
+        return sum(values) / len(values) if values else None
+
+    def _judge(self, trial: int, rung: int, step: int) -> Decision:
+        mine, mem = self.value(trial, step), self.memory.get(trial)
+        if mine is None or mem is None:  # a trial whose memory is not known yet cannot be dominated
+            return Decision(trial, rung, step, False)
+        others = [(u, v, self.memory[u]) for u in self.curves if u != trial and u in self.memory
+                  and (v := self.value(u, step)) is not None]
+        if len(others) < self.min_reached:
+            return Decision(trial, rung, step, False)
+        better = [(u, v, m) for u, v, m in others if m <= mem and v < mine - self.margin * abs(mine)]
+        if not better:
+            return Decision(trial, rung, step, False)
+        u, v, m = min(better, key=lambda x: (x[1], x[2]))
+        reason = (f"dominated at rung {rung} (step {step}): val_loss {mine:.4g} against trial {u}'s {v:.4g} "
+                  f"at no more memory ({m:.4g} MB against {mem:.4g} MB)")
+        return Decision(trial, rung, step, True, reason)
+
+    def summary(self) -> dict[str, Any]:
+        return {"judged": len(self.decisions), "stopped": len(self.stopped)}
+
+
+class BoardReporter:
+    """What a trial's objective calls after each validation: the board's answer for this
+    trial and seed (a Ray actor handle, or the board itself in-process)."""
+
+    def __init__(self, board: Any, trial: int, seed: int, steps: int) -> None:
+        self.board, self.trial, self.seed, self.steps = board, trial, seed, steps
+        self.last_rung = 0
+
+    def __call__(self, step: int, values: Mapping[str, Any]) -> str:
+        clean = {k: float(v) for k, v in values.items() if k in ("val_loss", "peak_mem_mb")}
+        if hasattr(self.board, "report") and hasattr(self.board.report, "remote"):
+            import ray
+
+            reason, rung = ray.get(self.board.report.remote(self.trial, self.seed, self.steps, step, clean))
+        else:
+            reason, rung = self.board.report(self.trial, self.seed, self.steps, step, clean)
+        self.last_rung = rung
+        return reason
