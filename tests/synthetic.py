@@ -109,3 +109,58 @@ def moderate_study(seed: int, *, n: int = 20, coupled: bool = True, share: float
 
 def true_share(share: float = 0.12) -> float:
     return share
+
+
+# A plug-in objective with a curve (`csweep run --early-stop dominated`, `--score best`): written
+# into a test's or a benchmark's project as `curves.py`. Known truth: loss falls towards a floor
+# set by lr and rank at a rate set by lr, and a high lr overfits (the curve turns up after its
+# best step); memory grows with rank, so rank trades memory for loss (the front). Seed noise: an
+# offset per (config, seed) and a small jitter per point.
+CURVE_PLUGIN = '''
+import hashlib
+import math
+import time
+
+
+def _gauss(key, scale):
+    h = hashlib.sha1(repr(key).encode()).digest()
+    u1, u2 = (int.from_bytes(h[i:i + 4], "big") / 2**32 for i in (0, 4))
+    return scale * math.sqrt(-2 * math.log(max(u1, 1e-12))) * math.cos(2 * math.pi * u2)
+
+
+def truth(lr, rank, step):
+    """The noise-free val_loss of (lr, rank) after `step` steps."""
+    u = math.log10(lr) + 2.0  # 0 at lr = 1e-2
+    floor = 0.2 + 0.08 * u * u - 0.03 * math.log2(rank)
+    rate = 0.06 * 10 ** (0.5 * u)
+    over = 0.0015 * max(0.0, step - 60 / 10 ** (0.5 * u)) * max(0.0, u + 0.5)
+    return floor + (1.0 - floor) * math.exp(-rate * step) + over
+
+
+def objective(params):
+    lr, rank, steps = float(params["lr"]), int(params["rank"]), int(params["steps"])
+    every, seed = int(params.get("val_every", 10)), int(params.get("seed", 0))
+    noise, pause = float(params.get("noise", 0.01)), float(params.get("step_seconds", 0.0))
+    mem = 100.0 + 12.0 * rank
+    config = (round(lr, 12), rank)
+    offset = _gauss((config, seed, "offset"), noise)
+    value = truth(lr, rank, 0) + offset
+    yield {"step": 0, "val_loss": value, "peak_mem_mb": mem}
+    for step in range(1, steps + 1):
+        if pause:
+            time.sleep(pause)
+        if step % every == 0 or step == steps:
+            value = truth(lr, rank, step) + offset + _gauss((config, seed, step), noise / 4)
+            yield {"step": step, "val_loss": value, "peak_mem_mb": mem}
+    return {"val_loss": value, "peak_mem_mb": mem, "steps_trained": float(steps)}
+'''
+
+CURVE_SPACE = """name: curves
+objective: curves:objective
+params:
+  lr: {type: float, low: 1.0e-4, high: 1.0e-1, log: true}
+  rank: {type: int, low: 1, high: 16, log: true}
+fixed:
+  steps: 90
+  val_every: 10
+"""

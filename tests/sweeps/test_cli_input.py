@@ -69,6 +69,32 @@ BAD = [
     ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--sampler", "bayes"], ["--sampler", "bayes"]),
     ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--max-mem-mb", "-5"], ["--max-mem-mb", "> 0"]),
     ({}, ["report", "nostudy"], ["'nostudy'", "no storage"]),
+    # validation during training, the score, the rungs of --early-stop dominated
+    ({"s.yaml": GOOD_SPACE + "fixed:\n  val_every: 0\n"}, ["run", "s.yaml"], ["fixed.val_every", "an int >= 1"]),
+    ({"s.yaml": GOOD_SPACE + "fixed:\n  steps: 40\n  val_every: 50\n"}, ["run", "s.yaml"],
+     ["fixed.val_every", "val_every must be <= steps (40), got 50"]),
+    ({"s.yaml": GOOD_SPACE + "  steps: {type: int, low: 10, high: 80}\nfixed:\n  val_every: 20\n"}, ["run", "s.yaml"],
+     ["fixed.val_every", "<= steps (10), got 20"]),
+    ({"s.yaml": GOOD_SPACE, "plain.py": "def objective(params):\n    return {'val_loss': 1, 'peak_mem_mb': 1}\n"},
+     ["run", "s.yaml", "--objective", "plain:objective", "--score", "best"],
+     ["--score best", "'plain:objective'", "reports no curve", "generator"]),
+    ({"s.yaml": GOOD_SPACE, "plain.py": "def objective(params):\n    return {'val_loss': 1, 'peak_mem_mb': 1}\n"},
+     ["run", "s.yaml", "--objective", "plain:objective", "--early-stop", "dominated"],
+     ["--early-stop dominated", "reports no curve"]),
+    ({"s.yaml": GOOD_SPACE, "gen.py": "def objective(params):\n    yield {'step': 1, 'val_loss': 1}\n"
+      "    return {'val_loss': 1, 'peak_mem_mb': 1}\n"},
+     ["run", "s.yaml", "--objective", "gen:objective", "--early-stop", "dominated"],
+     ["--early-stop dominated", "`steps`"]),
+    ({"s.yaml": GOOD_SPACE + "fixed:\n  steps: 1\n"}, ["run", "s.yaml", "--early-stop", "dominated"],
+     ["fixed.steps", "rung at step 1 of a trial of 1 steps"]),
+    ({"s.yaml": GOOD_SPACE + "fixed:\n  steps: 40\n  val_every: 40\n"}, ["run", "s.yaml", "--early-stop", "dominated"],
+     ["validating every 40 steps", "no validation between its first rung"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--early-stop", "dominated", "--rungs", "0.5,0.2"],
+     ["--rungs", "increasing fractions in (0, 1)"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--early-stop", "dominated", "--rungs", "1.5"], ["--rungs", "(0, 1)"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--early-stop", "dominated", "--no-early-stop"],
+     ["--early-stop dominated", "--no-early-stop", "contradict"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--score", "last"], ["--score", "'last'"]),
     # the study's objectives
     ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--objectives", "val_loss,fidelity"],
      ["--objectives", "lacks peak_mem_mb", "val_loss,peak_mem_mb,fidelity"]),
@@ -113,7 +139,8 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, files, arg
     )
     started = time.perf_counter()
     res = subprocess.run([sys.executable, "-c", code, *argv], cwd=tmp_path, capture_output=True, text=True,
-                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
+                              "PYTHONDONTWRITEBYTECODE": "1"})  # a plug-in's import is not csweep writing
     elapsed = time.perf_counter() - started
     assert res.returncode == 2, (res.stdout, res.stderr)
     lines = res.stderr.strip().splitlines()
@@ -155,7 +182,8 @@ def test_study_with_other_objectives_is_refused(tmp_path, cli, directions, names
 def test_spaces_lists_builtins_without_heavy_imports(tmp_path):
     code = "import sys; from sweeps._cli import main; main(['spaces']); print('torch' in sys.modules)"
     res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
-                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
+                              "PYTHONDONTWRITEBYTECODE": "1"})  # a plug-in's import is not csweep writing
     assert res.returncode == 0
     names = [line.split()[0] for line in res.stdout.splitlines()[:-1]]
     assert names == ["all8", "contrastive", "demo", "freeze", "lora_embed", "token_decay", "warmup_init"]
