@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 
 from search_spaces import SearchSpace, SpaceError, builtin_space_names, load_space
 
+from ._rungs import DEFAULT_RUNGS_TEXT
 from ._study import OBJECTIVES, SAMPLERS
 
 DEFAULT_WORKDIR = "./csweep_runs"
@@ -102,8 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--early-stop", choices=("dominated",),
                      help="also stop a trial at a rung when a trial that reached the same step used no more "
                           "memory and had a clearly lower val_loss there (PRUNED, with the reason and rung)")
-    run.add_argument("--rungs", default="0.111,0.333", metavar="F,F",
-                     help="--early-stop dominated: the rungs, as fractions of a trial's steps [0.111,0.333]")
+    run.add_argument("--rungs", default=DEFAULT_RUNGS_TEXT, metavar="F,F",
+                     help=f"--early-stop dominated: the rungs, as fractions of a trial's steps [{DEFAULT_RUNGS_TEXT}]")
     run.add_argument("--score", choices=("final", "best"), default="final",
                      help="the study's val_loss: the trial's last validation, or its best validated step's "
                           "(then its exports and samples are that step's too) [final]")

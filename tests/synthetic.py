@@ -139,7 +139,7 @@ def truth(lr, rank, step):
 
 def objective(params):
     lr, rank, steps = float(params["lr"]), int(params["rank"]), int(params["steps"])
-    every, seed = int(params.get("val_every", 10)), int(params.get("seed", 0))
+    every, seed = int(params.get("val_every", 10)), int(params.get("seed", 0)) + 1000 * int(params.get("salt", 0))
     noise, pause = float(params.get("noise", 0.01)), float(params.get("step_seconds", 0.0))
     mem = 100.0 + 12.0 * rank
     config = (round(lr, 12), rank)

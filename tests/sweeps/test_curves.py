@@ -32,7 +32,7 @@ def _feed(board: RungBoard, trial: int, mem: float, curve: dict[int, float], *, 
 
 
 def test_a_trial_beaten_at_a_rung_by_trials_of_no_more_memory_is_stopped_there():
-    board = RungBoard(fractions=(1 / 9, 1 / 3), min_reached=2)
+    board = RungBoard(fractions=(1 / 9, 1 / 3), min_reached=2, extrapolate=False)
     assert rung_steps(board.fractions, 90) == [10, 30]
     for trial in range(2):  # two good trials reach both rungs
         assert _feed(board, trial, 100.0, {0: 1.0, 10: 0.5, 20: 0.4, 30: 0.3, 90: 0.2}) == ("", 0)
@@ -43,7 +43,7 @@ def test_a_trial_beaten_at_a_rung_by_trials_of_no_more_memory_is_stopped_there()
 
 
 def test_less_memory_or_a_loss_within_the_margin_keeps_a_trial_going():
-    board = RungBoard(fractions=(1 / 9,), min_reached=2)
+    board = RungBoard(fractions=(1 / 9,), min_reached=2, extrapolate=False)
     for trial in range(2):
         _feed(board, trial, 100.0, {0: 1.0, 10: 0.5, 90: 0.2})
     # worse loss at less memory: a front member of its own memory, not dominated
@@ -53,7 +53,7 @@ def test_less_memory_or_a_loss_within_the_margin_keeps_a_trial_going():
 
 
 def test_a_rung_stops_nothing_until_enough_trials_reached_it():
-    board = RungBoard(fractions=(1 / 9,), min_reached=3)
+    board = RungBoard(fractions=(1 / 9,), min_reached=3, extrapolate=False)
     _feed(board, 0, 100.0, {0: 1.0, 10: 0.2, 90: 0.1})
     _feed(board, 1, 100.0, {0: 1.0, 10: 0.2, 90: 0.1})
     assert _feed(board, 2, 100.0, {0: 1.0, 10: 0.9, 20: 0.9}) == ("", 0)  # two reached it: grace
@@ -61,13 +61,26 @@ def test_a_rung_stops_nothing_until_enough_trials_reached_it():
 
 
 def test_other_trials_are_read_off_their_curves_between_validations_and_replicates_are_averaged():
-    board = RungBoard(fractions=(1 / 3,), min_reached=1)
+    board = RungBoard(fractions=(1 / 3,), min_reached=1, extrapolate=False)
     _feed(board, 0, 100.0, {0: 1.0, 20: 0.6, 40: 0.2, 90: 0.1})  # at step 30: 0.4 interpolated
     assert board.value(0, 30) == pytest.approx(0.4)
     # trial 1's replicates: 0.3 and 0.6 at step 30, mean 0.45 > 0.4 -> stopped by the second
     assert _feed(board, 1, 100.0, {0: 1.0, 30: 0.3, 60: 0.2}, seed=0) == ("", 0)
     reason, rung = _feed(board, 1, 100.0, {0: 1.0, 30: 0.6}, seed=1)
     assert rung == 1 and "val_loss 0.45" in reason
+
+
+def test_a_slow_starter_that_may_still_catch_up_is_kept_a_flat_one_is_stopped():
+    """Dominated now is not enough: the trial is stopped only if even its curve's geometric
+    extrapolation (its gains shrinking as they last did) ends above the dominating value."""
+    board = RungBoard(fractions=(1 / 3,), min_reached=1)
+    _feed(board, 0, 100.0, {0: 1.0, 10: 0.4, 20: 0.3, 30: 0.28, 90: 0.25})
+    # 0.5 at step 30, its gains 0.2 then 0.15 (ratio 0.75): it would end well below 0.28
+    assert _feed(board, 1, 100.0, {0: 1.0, 10: 0.85, 20: 0.65, 30: 0.5, 40: 0.4}) == ("", 0)
+    # 0.8 at step 30 and hardly moving (gains 0.02, 0.01): it cannot get below 0.28
+    reason, rung = _feed(board, 2, 100.0, {0: 1.0, 10: 0.83, 20: 0.81, 30: 0.8, 40: 0.8})
+    assert rung == 1 and "step 30" in reason
+    assert board.optimistic(2, 30, 90) == pytest.approx(0.8 - 0.01 * 0.5 * (1 - 0.5 ** 6) / 0.5)
 
 
 # --- a plug-in that reports its curve ------------------------------------------------------------
@@ -178,8 +191,8 @@ def test_early_stop_dominated_and_score_best_through_csweep_run(curve_project, m
     done = [t for t in study.trials if t.state.name == "COMPLETE"]
     assert pruned and done, [t.state.name for t in study.trials]
     for t in pruned:  # stopped at a rung, with the reason, its curve kept up to there
-        assert t.user_attrs["rung"] in (1, 2) and "dominated at rung" in t.user_attrs["prune_reason"]
-        assert t.user_attrs["steps_run"] == t.user_attrs["val_curve"][-1][0] in (10, 30)
+        assert t.user_attrs["rung"] in range(1, 7) and "dominated at rung" in t.user_attrs["prune_reason"]
+        assert t.user_attrs["steps_run"] == t.user_attrs["val_curve"][-1][0] in (10, 20, 30, 40, 50, 60)
     m = curves_module()
     for t in done:  # the study's val_loss is the best step's
         curve = t.user_attrs["val_curve"]

@@ -1,0 +1,150 @@
+"""--early-stop dominated against running every trial to its end: the same sampler and seed, side
+by side, through `csweep run` itself.
+
+Two objectives:
+- `curves`: the synthetic curve plug-in of tests/synthetic.py (known truth: loss falls to a floor
+  set by lr and rank, a high lr overfits, memory grows with rank), 90 steps validated every 10,
+  2 ms a step; a third arm runs every trial to its end under other seed noise, which says how
+  much the front's hypervolume moves with the noise alone.
+- `tiny`: the built-in objective on the tiny model, LoRA rank (memory) x lr x init_std, 80 steps
+  (validated every 10, the default).
+
+Per study: trial-steps trained, wall time of the sweep, and the final front's hypervolume, every
+front of a study measured against one reference point (that of the study without early stops,
+csweep's rule: the worst value plus 10% of the range). Also validation's share of trial time on
+the built-in objective (its `val_seconds` over `train_seconds`).
+
+    python benchmarks/early_stop.py                     # both; the figures in RESULTS.md
+    python benchmarks/early_stop.py --only curves --studies 5 --trials 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+TINY_SPACE = """name: tiny
+params:
+  lora_rank: {type: int, low: 0, high: 8, step: 2}
+  lr: {type: float, low: 1.0e-3, high: 1.0e-1, log: true}
+  init_std: {type: float, low: 1.0e-3, high: 1.0, log: true}
+fixed:
+  steps: 80
+"""
+
+
+def run(project: Path, space: str, study: str, trials: int, seed: int, *extra: str) -> tuple[object, float]:
+    import optuna
+
+    from sweeps import main
+
+    here = os.getcwd()
+    os.chdir(project)
+    err = io.StringIO()
+    started = time.perf_counter()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            rc = main(["run", space, "--study", study, "--trials", str(trials), "--workers", "2",
+                       "--sampler", "random", "--seed", str(seed), "--no-progress", "--no-samples"
+                       if space.startswith("tiny") else "--no-progress", *extra])
+    finally:
+        os.chdir(here)
+    assert rc == 0, (study, rc, err.getvalue()[-800:])
+    wall = time.perf_counter() - started
+    return optuna.load_study(study_name=study, storage=f"sqlite:///{project / 'csweep_runs/optuna.db'}"), wall
+
+
+def front_points(study: object):
+    import numpy as np
+
+    from reports import trials_frame, usable
+    from reports._analysis import pareto_mask
+
+    ok = usable(trials_frame(study))
+    pts = ok[["val_loss", "peak_mem_mb"]].to_numpy(float)
+    return pts[pareto_mask(pts)] if len(pts) else np.zeros((0, 2))
+
+
+def steps_trained(study: object) -> int:
+    return int(sum(t.user_attrs.get("steps_run", 0) for t in study.trials))
+
+
+def compare(project: Path, space: str, name: str, trials: int, seed: int, arms: dict[str, tuple[str, ...]]) -> dict:
+    from reports import hypervolume, reference_point
+
+    out = {}
+    for arm, extra in arms.items():
+        study, wall = run(project, space, f"{name}-{arm}-{seed}", trials, seed, *extra)
+        out[arm] = {"study": study, "wall": wall, "steps": steps_trained(study), "front": front_points(study)}
+    ref = reference_point(out["full"]["front"])
+    for arm in out.values():
+        arm["hv"] = hypervolume(arm["front"], ref) if len(arm["front"]) else 0.0
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", choices=("curves", "tiny"))
+    ap.add_argument("--studies", type=int, default=5)
+    ap.add_argument("--trials", type=int, default=40)
+    ap.add_argument("--tiny-trials", type=int, default=16)
+    a = ap.parse_args()
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    from synthetic import CURVE_PLUGIN, CURVE_SPACE
+
+    project = Path(tempfile.mkdtemp(prefix="csweep-early-stop-"))
+    (project / "curves.py").write_text(CURVE_PLUGIN)
+    (project / "curves.yaml").write_text(CURVE_SPACE + "  step_seconds: 0.002\n  salt: 0\n")
+    (project / "tiny.yaml").write_text(TINY_SPACE)
+    sys.path.insert(0, str(project))
+    es = ("--early-stop", "dominated")
+    if a.only in (None, "curves"):
+        print(f"curves: {a.studies} studies of {a.trials} random trials, 2 workers", flush=True)
+        print(f"{'seed':>4} {'steps full':>10} {'steps ES':>9} {'ratio':>6} {'wall full':>9} {'wall ES':>8} "
+              f"{'HV full':>8} {'HV ES':>8} {'HV ES/full':>10} {'HV noise/full':>13}", flush=True)
+        ratios, hvs, noise = [], [], []
+        for seed in range(a.studies):
+            r = compare(project, "curves.yaml", "curves", a.trials, seed,
+                        {"full": (), "es": es, "noise": ("--set", "salt=1")})
+            f, e, n = r["full"], r["es"], r["noise"]
+            ratios.append(e["steps"] / f["steps"])
+            hvs.append(e["hv"] / f["hv"])
+            noise.append(n["hv"] / f["hv"])
+            print(f"{seed:>4} {f['steps']:>10} {e['steps']:>9} {ratios[-1]:>6.2f} {f['wall']:>8.1f}s {e['wall']:>7.1f}s "
+                  f"{f['hv']:>8.4f} {e['hv']:>8.4f} {hvs[-1]:>10.3f} {noise[-1]:>13.3f}", flush=True)
+        mean = lambda v: sum(v) / len(v)  # noqa: E731
+        print(f"curves: trial-steps ES/full {mean(ratios):.2f} (range {min(ratios):.2f}-{max(ratios):.2f}); "
+              f"hypervolume ES/full {mean(hvs):.3f} (range {min(hvs):.3f}-{max(hvs):.3f}); the same study under "
+              f"other seed noise: {mean(noise):.3f} (range {min(noise):.3f}-{max(noise):.3f})", flush=True)
+    if a.only in (None, "tiny"):
+        import torch
+
+        torch.set_num_threads(1)
+        print(f"tiny: {a.tiny_trials} random trials of the built-in objective, 2 workers", flush=True)
+        r = compare(project, "tiny.yaml", "tiny", a.tiny_trials, 0, {"full": (), "es": es})
+        f, e = r["full"], r["es"]
+        pruned = sum(t.state.name == "PRUNED" for t in e["study"].trials)
+        print(f"tiny: trial-steps {e['steps']} against {f['steps']} ({e['steps'] / f['steps']:.2f}), {pruned} stopped at a "
+              f"rung; wall {e['wall']:.0f} s against {f['wall']:.0f} s ({e['wall'] / f['wall']:.2f}); hypervolume "
+              f"{e['hv']:.4g} against {f['hv']:.4g} ({e['hv'] / f['hv']:.3f})", flush=True)
+        from objectives._textual_inversion import train
+
+        res = train({"steps": 80}).result
+        print(f"validation's share of a default trial (80 steps, {int(res['val_points'])} validations): "
+              f"{res['val_seconds'] / res['train_seconds']:.0%} ({res['val_seconds']:.1f} of {res['train_seconds']:.1f} s)",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
