@@ -10,8 +10,8 @@ Two objectives:
   (validated every 10, the default).
 
 Per study: trial-steps trained, wall time of the sweep, and the final front's hypervolume, every
-front of a study measured against one reference point (that of the study without early stops,
-csweep's rule: the worst value plus 10% of the range). Also validation's share of trial time on
+front of a study measured against one reference point (csweep's rule on the study without early
+stops: its usable trials' worst value plus 10% of their range). Also validation's share of trial time on
 the built-in objective (its `val_seconds` over `train_seconds`).
 
     python benchmarks/early_stop.py                     # both; the figures in RESULTS.md
@@ -63,15 +63,13 @@ def run(project: Path, space: str, study: str, trials: int, seed: int, *extra: s
     return optuna.load_study(study_name=study, storage=f"sqlite:///{project / 'csweep_runs/optuna.db'}"), wall
 
 
-def front_points(study: object):
-    import numpy as np
-
+def points(study: object):
+    """(the usable trials' (val_loss, peak_mem_mb), those of its front)."""
     from reports import trials_frame, usable
     from reports._analysis import pareto_mask
 
-    ok = usable(trials_frame(study))
-    pts = ok[["val_loss", "peak_mem_mb"]].to_numpy(float)
-    return pts[pareto_mask(pts)] if len(pts) else np.zeros((0, 2))
+    pts = usable(trials_frame(study))[["val_loss", "peak_mem_mb"]].to_numpy(float)
+    return pts, pts[pareto_mask(pts)]
 
 
 def steps_trained(study: object) -> int:
@@ -84,8 +82,9 @@ def compare(project: Path, space: str, name: str, trials: int, seed: int, arms: 
     out = {}
     for arm, extra in arms.items():
         study, wall = run(project, space, f"{name}-{arm}-{seed}", trials, seed, *extra)
-        out[arm] = {"study": study, "wall": wall, "steps": steps_trained(study), "front": front_points(study)}
-    ref = reference_point(out["full"]["front"])
+        usable, front = points(study)
+        out[arm] = {"study": study, "wall": wall, "steps": steps_trained(study), "front": front, "usable": usable}
+    ref = reference_point(out["full"]["usable"])
     for arm in out.values():
         arm["hv"] = hypervolume(arm["front"], ref) if len(arm["front"]) else 0.0
     return out
@@ -132,18 +131,30 @@ def main() -> None:
 
         torch.set_num_threads(1)
         print(f"tiny: {a.tiny_trials} random trials of the built-in objective, 2 workers", flush=True)
-        r = compare(project, "tiny.yaml", "tiny", a.tiny_trials, 0, {"full": (), "es": es})
-        f, e = r["full"], r["es"]
-        pruned = sum(t.state.name == "PRUNED" for t in e["study"].trials)
-        print(f"tiny: trial-steps {e['steps']} against {f['steps']} ({e['steps'] / f['steps']:.2f}), {pruned} stopped at a "
-              f"rung; wall {e['wall']:.0f} s against {f['wall']:.0f} s ({e['wall'] / f['wall']:.2f}); hypervolume "
-              f"{e['hv']:.4g} against {f['hv']:.4g} ({e['hv'] / f['hv']:.3f})", flush=True)
+        for label, extra in (("val_every auto", ()), ("val_every 10", ("--set", "val_every=10"))):
+            r = compare(project, "tiny.yaml", f"tiny{len(extra)}", a.tiny_trials, 0,
+                        {"full": extra, "es": (*extra, *es)})
+            f, e = r["full"], r["es"]
+            pruned = sum(bool(t.user_attrs.get("rung")) for t in e["study"].trials)
+            print(f"tiny, {label}: trial-steps {e['steps']} against {f['steps']} ({e['steps'] / f['steps']:.2f}), "
+                  f"{pruned} stopped at a rung; wall {e['wall']:.0f} s against {f['wall']:.0f} s "
+                  f"({e['wall'] / f['wall']:.2f}); hypervolume {e['hv']:.4g} against {f['hv']:.4g} "
+                  f"({e['hv'] / f['hv']:.3f})", flush=True)
         from objectives._textual_inversion import train
 
-        res = train({"steps": 80}).result
-        print(f"validation's share of a default trial (80 steps, {int(res['val_points'])} validations): "
-              f"{res['val_seconds'] / res['train_seconds']:.0%} ({res['val_seconds']:.1f} of {res['train_seconds']:.1f} s)",
-              flush=True)
+        # validation's cost: the same trial with validations during training and with none
+        # (val_every = steps: step 0 and the last, which every trial had before)
+        timed = {}
+        for ve in (None, 10, 80):
+            runs = [train({"steps": 80, "val_every": ve}).result for _ in range(3)]
+            timed[ve] = sorted(runs, key=lambda x: x["train_seconds"])[1]
+        base = timed[80]["train_seconds"]
+        for ve in (None, 10):
+            res = timed[ve]
+            print(f"validation during training, default trial (80 steps), val_every {res['val_every']:.0f} "
+                  f"({int(res['val_points']) - 2} validations besides step 0 and the last): "
+                  f"{res['train_seconds']:.2f} s against {base:.2f} s without ({res['train_seconds'] / base - 1:+.0%}; "
+                  f"median of 3)", flush=True)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ both bounds (or every choice) of the sampled ones.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,10 +102,38 @@ TEXTUAL_INVERSION_PARAMS: dict[str, ParamRule] = {
         "fp32", str, f"one of {', '.join(PRECISIONS)}", _one_of(PRECISIONS),
         "compute dtype; trainable parameters stay fp32; fp16 needs CUDA (GradScaler)",
     ),
+    "min_snr_gamma": ParamRule(
+        0.0, float, "a float >= 0 (0 = off)", lambda v: v >= 0,
+        "min-SNR loss weighting (Hang et al. 2023): each sample's loss x min(SNR(t), gamma) / SNR(t); 5 is the usual value",
+    ),
+    "noise_offset": ParamRule(
+        0.0, float, "a float >= 0 (0 = off)", lambda v: v >= 0,
+        "noise offset: the training noise gets offset x N(0, 1) per sample and channel (constant over pixels)",
+    ),
+    "caption_dropout": ParamRule(
+        0.0, float, "a float in [0, 1)", lambda v: 0 <= v < 1,
+        "each training sample's prompt is replaced by the empty prompt with this probability",
+    ),
+    "gradient_checkpointing": ParamRule(
+        False, bool, "true or false", lambda v: True,
+        "recompute the UNet's (and trained encoders') activations in backward instead of keeping them: less memory, more time",
+    ),
+    "ema_decay": ParamRule(
+        0.0, float, "a float in [0, 1) (0 = off)", lambda v: 0 <= v < 1,
+        "validate and export an exponential moving average of the trainables (diffusers' EMAModel, its decay "
+        "ramping up as (1+t)/(10+t) to this value)",
+    ),
+    "weight_decay": ParamRule(
+        1e-2, float, "a float >= 0", lambda v: v >= 0, "AdamW weight decay of the LoRA and unfrozen encoder weights",
+    ),
+    "embedding_weight_decay": ParamRule(
+        1e-2, float, "a float >= 0", lambda v: v >= 0,
+        "AdamW weight decay of the concept vectors (it shrinks them towards 0: diffusers #1009)",
+    ),
     "val_every": ParamRule(
-        None, int, "an int >= 1 and <= steps (or null = steps // 8)", lambda v: v is None or v >= 1,
-        "validate every this many steps on the fixed validation draws (val_loss with its step); "
-        "null = steps // 8, about 8 validations a trial",
+        None, int, "an int >= 1 and <= steps (or null = auto)", lambda v: v is None or v >= 1,
+        "validate every this many steps on the fixed validation draws (val_loss with its step); null = "
+        "about 8 validations a trial (steps // 8), fewer where they would cost over 10% of its time",
     ),
 }
 
@@ -123,6 +152,8 @@ def check_param(name: str, value: Any, *, known: Mapping[str, ParamRule]) -> str
     value = _coerce(rule, value)
     if value is None and rule.default is None:
         return None
+    if rule.kind is bool:
+        return None if isinstance(value, bool) else f"{name} must be {rule.rule}, got {value!r}"
     if isinstance(value, bool) or not isinstance(value, rule.kind):
         return f"{name} must be {rule.rule}, got {value!r}"
     if not rule.ok(value):
@@ -145,14 +176,16 @@ def resolve_params(params: Mapping[str, Any]) -> dict[str, Any]:
     err = check_val_every(out["val_every"], out["steps"])
     if err:
         raise ValueError(err)
-    if out["val_every"] is None:
-        out["val_every"] = default_val_every(out["steps"])
     return out
 
 
-def default_val_every(steps: int) -> int:
-    """About 8 validations a trial (and one at the end)."""
-    return max(1, steps // 8)
+def default_val_every(steps: int, held_out: int = 0, batch_size: int = 1) -> int:
+    """`val_every: null`: about 8 validations a trial (steps // 8), but no more often than every
+    10 x held_out / batch_size steps: a validation denoises every held-out image at 5 timesteps,
+    about held_out / batch_size training steps' worth of compute, so they stay under ~10% of the
+    trial (on the tiny model's 80-step default, 3 validations during training, not 7; on real
+    models' hundreds to thousands of steps, 8). At most `steps` (then only the last step)."""
+    return min(steps, max(1, steps // 8, math.ceil(10 * held_out / max(1, batch_size))))
 
 
 def check_val_every(val_every: Any, steps: Any) -> str | None:

@@ -27,7 +27,7 @@ from ._health_config import HealthConfig, TrialStopped
 from ._memory import MemoryMeter
 from ._condition import condition
 from ._model import BaseModel, load_base_model
-from ._params import resolve_params
+from ._params import default_val_every, resolve_params
 from ._fidelity import VaeEncoder, VisionEncoder, fidelity
 from ._samples import SampleConfig, draw_samples
 
@@ -367,6 +367,8 @@ def train(
     from diffusers.training_utils import cast_training_params
 
     cast_training_params([unet, *encoders], dtype=torch.float32)  # trainable weights stay fp32
+    # the UNet (shared, or the trial's LoRA copy) and the encoders this trial trains (its copies)
+    checkpointed = _checkpointing([unet, *(encoders if copy_text else [])], cfg["gradient_checkpointing"])
     trainables = Trainables(
         concept_embs,
         [{n: p for n, p in te.named_parameters() if p.requires_grad} for te in encoders],
@@ -385,6 +387,8 @@ def train(
     train_ids = [torch.stack([pt[e] for pt in per_template]).to(device) for e in range(len(encoders))]
     train_scale = token_rank_factors(train_ids[0].cpu(), first_id, cfg["token_weight_decay"]).to(device)
     val_ids = [ids.to(device) for ids in ids_for(VAL_TEMPLATE)]
+    empty_ids = [tok([""], padding="max_length", max_length=tok.model_max_length, truncation=True,
+                     return_tensors="pt").input_ids.to(device) for tok in tokenizers]
     sched = base.scheduler
     autocast = (
         contextlib.nullcontext() if cfg["precision"] == "fp32"
@@ -428,6 +432,7 @@ def train(
 
     for (emb, _), ce in zip(saved_embs, concept_embs):
         emb.token_embedding = ce
+    val_every = cfg["val_every"] or default_val_every(cfg["steps"], int(cache["val_lat"].shape[0]), cfg["batch_size"])
     try:
         val_started = time.perf_counter()
         first = validate(final=False)
@@ -445,7 +450,12 @@ def train(
         monitor = HealthMonitor(hcfg, trainables.norm_groups(), trainables.named(),
                                 lambda: [ce.rows() for ce in concept_embs],
                                 vocab_norm)
-        opt = torch.optim.AdamW(param_groups, weight_decay=1e-2)
+        opt = torch.optim.AdamW(param_groups)
+        ema = None
+        if cfg["ema_decay"] > 0:
+            from diffusers.training_utils import EMAModel
+
+            ema = EMAModel(trainable, decay=cfg["ema_decay"])
         lr_sched = get_scheduler(
             "constant_with_warmup", opt, num_warmup_steps=cfg["warmup_steps"],
             num_training_steps=cfg["steps"],
@@ -463,11 +473,18 @@ def train(
             idx = torch.randint(0, lat_all.shape[0], (cfg["batch_size"],), generator=gen).to(device)
             tmpl = torch.randint(0, len(TEMPLATES), (cfg["batch_size"],), generator=gen).to(device)
             lat, combo = lat_all[idx], combo_all[idx]
-            noise = torch.randn(lat.shape, generator=gen).to(device, lat.dtype)
+            noise = torch.randn(lat.shape, generator=gen)
+            if cfg["noise_offset"] > 0:  # a constant per sample and channel
+                noise = noise + cfg["noise_offset"] * torch.randn((*lat.shape[:2], 1, 1), generator=gen)
+            noise = noise.to(device, lat.dtype)
             t = torch.randint(0, sched.config.num_train_timesteps, (lat.shape[0],), generator=gen).to(device)
             noisy = sched.add_noise(lat, noise, t)
             ids = [ti[tmpl, combo] for ti in train_ids]
             scale = train_scale[tmpl, combo]
+            if cfg["caption_dropout"] > 0:
+                drop = (torch.rand(lat.shape[0], generator=gen) < cfg["caption_dropout"]).to(device)
+                ids = [torch.where(drop[:, None], e.expand_as(i), i) for i, e in zip(ids, empty_ids)]
+            weight = loss_weights(sched, t, cfg["min_snr_gamma"])
             with meter.step(trainable):
                 with autocast:
                     if cw > 0:
@@ -481,12 +498,12 @@ def train(
                         different = (combo[:, None] != combo[None, :])
                         gap = s.diagonal()[:, None] - s
                         term = F.relu(margin - gap)[different].mean() if bool(different.any()) else err.sum() * 0
-                        loss_main = err.diagonal().mean()
+                        loss_main = (err.diagonal() * weight).mean()
                         loss = loss_main + cw * term
                     else:
                         for ce in concept_embs:
                             ce.grad_scale = scale
-                        loss_main = errors(predict(noisy, t, ids), noise).mean()
+                        loss_main = (errors(predict(noisy, t, ids), noise) * weight).mean()
                         loss = loss_main
                 (scaler.scale(loss) if scaler else loss).backward()
             if scaler:
@@ -512,6 +529,8 @@ def train(
                 opt.step()
             lr_sched.step()
             opt.zero_grad(set_to_none=True)
+            if ema is not None:
+                ema.step(trainable)
             history["lr"].append(lr_now)
             if cw > 0:
                 history["contrastive"].append(float(term.detach()))
@@ -523,11 +542,12 @@ def train(
                 stopped = exc
                 break
             done = step + 1  # steps trained; the last one is validated with the final checks below
-            if done % cfg["val_every"] == 0 and done < cfg["steps"]:
+            if done % val_every == 0 and done < cfg["steps"]:
                 val_started = time.perf_counter()
                 for ce in concept_embs:
                     ce.grad_scale = None
-                curve.add(done, validate(final=False), time.perf_counter() - val_started)
+                with _evaluated(ema, trainable):
+                    curve.add(done, validate(final=False), time.perf_counter() - val_started)
                 reason = report(done, {"val_loss": curve.points[-1]["val_loss"],
                                        "peak_mem_mb": meter.peak_mb(trainable, opt)}) if report else None
                 if reason:
@@ -551,6 +571,8 @@ def train(
                             **curve.metrics(), "peak_mem_mb": peak},
                 "artifacts": {"health.json": health_json}, "curve": curve.points,
             })
+        if ema is not None:  # from here on (the last validation, exports, samples) the average
+            ema.copy_to(trainable)
         val_started = time.perf_counter()
         final = validate(final=True)
         curve.add(cfg["steps"], final, time.perf_counter() - val_started)
@@ -567,6 +589,7 @@ def train(
     finally:
         for emb, base_tok in saved_embs:
             emb.token_embedding = base_tok
+        _checkpointing(checkpointed, False)
     sample_metrics: dict[str, float] = {}
     if scfg.enabled:
         drawn_at = time.perf_counter()
@@ -583,6 +606,7 @@ def train(
         "val_loss_init": val_init,
         "val_loss_final": val_final,
         "steps_run": cfg["steps"],
+        "val_every": val_every,
         **curve.metrics(),
         "train_seconds": time.perf_counter() - started - sample_metrics.get("sample_seconds", 0.0),
         **sample_metrics,
@@ -614,12 +638,61 @@ def _vision_encoder(path: str, device: str) -> Any:
 
 
 def optimizer_groups(trainables: Trainables, cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """AdamW parameter groups: the concept codes at lr x embedding_lr_ratio, the rest at lr."""
-    out = [{"params": [ce.z for ce in trainables.concepts], "lr": cfg["lr"] * cfg["embedding_lr_ratio"]}]
+    """AdamW parameter groups: the concept codes at lr x embedding_lr_ratio with
+    embedding_weight_decay, the rest at lr with weight_decay."""
+    out = [{"params": [ce.z for ce in trainables.concepts], "lr": cfg["lr"] * cfg["embedding_lr_ratio"],
+            "weight_decay": cfg["embedding_weight_decay"]}]
     others = [p for e in trainables.encoders for p in e.values()] + list(trainables.unet.values())
     if others:
-        out.append({"params": others, "lr": cfg["lr"]})
+        out.append({"params": others, "lr": cfg["lr"], "weight_decay": cfg["weight_decay"]})
     return out
+
+
+def loss_weights(sched: Any, t: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Per-sample loss weights: min-SNR-gamma for epsilon prediction, min(SNR(t), gamma) / SNR(t)
+    (SNR from diffusers' compute_snr); ones when gamma is 0."""
+    if gamma <= 0:
+        return torch.ones(t.shape[0], device=t.device)
+    from diffusers.training_utils import compute_snr
+
+    snr = compute_snr(sched, t).float()
+    return torch.clamp(snr, max=gamma) / snr
+
+
+def _checkpointing(modules: list[torch.nn.Module], on: bool) -> list[torch.nn.Module]:
+    """Gradient checkpointing on (or back off) for the modules that support it; returns those
+    switched, so that a worker's shared base model is left as it was found."""
+    if not on:
+        for m in modules:
+            if hasattr(m, "disable_gradient_checkpointing"):
+                m.disable_gradient_checkpointing()
+            elif hasattr(m, "gradient_checkpointing_disable"):
+                m.gradient_checkpointing_disable()
+        return []
+    switched = []
+    for m in modules:
+        if hasattr(m, "enable_gradient_checkpointing"):  # diffusers models
+            m.enable_gradient_checkpointing()
+            switched.append(m)
+        elif getattr(m, "supports_gradient_checkpointing", False):  # transformers models (a trial's copy)
+            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            m.train()  # transformers checkpoints in training mode only (CLIP's dropout is 0)
+            switched.append(m)
+    return switched
+
+
+@contextlib.contextmanager
+def _evaluated(ema: Any, params: list[torch.Tensor]) -> Any:
+    """The trainables as they are evaluated: their moving average while inside, when there is one."""
+    if ema is None:
+        yield
+        return
+    ema.store(params)
+    ema.copy_to(params)
+    try:
+        yield
+    finally:
+        ema.restore(params)
 
 
 def _exports(

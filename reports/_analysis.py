@@ -304,8 +304,15 @@ def fit_surrogate(ok: pd.DataFrame, params: Mapping[str, Mapping[str, Any]],
     sem = trial_sems(ok)
     sem = sem if (sem > 0).any() else None
     names = list(params) + list(categorical)
-    return BayesGP(x, y, [groups[n] for n in names], categorical=[n in categorical for n in names], sem=sem,
-                   n_hyper=n_hyper, seed=seed)
+    # rows that are points of trials' curves (reports.curve_rows) share their trial's seed noise
+    cluster = ok[CURVE_TRIAL].to_numpy() if CURVE_TRIAL in ok.columns else None
+    gp = BayesGP(x, y, [groups[n] for n in names], categorical=[n in categorical for n in names], sem=sem,
+                 n_hyper=n_hyper, seed=seed, cluster=cluster)
+    gp.n_trials = len(np.unique(cluster)) if cluster is not None else len(ok)
+    return gp
+
+
+CURVE_TRIAL = "curve_of_trial"  # the column of curve rows naming the trial they come from
 
 
 def _max_fit() -> int:
@@ -512,12 +519,12 @@ def fit_power_law(ok: pd.DataFrame, x: str, y: str, *, params: Mapping[str, Mapp
 
     with warnings.catch_warnings(), threadpool_limits(1):
         warnings.simplefilter("ignore")
-        if gp is None or len(gp.groups) != len(names) or len(gp.x) != min(len(ok), _max_fit()):
+        if gp is None or len(gp.groups) != len(names) or getattr(gp, "n_trials", -1) != len(ok):
             gp = fit_surrogate(ok, params, cats, seed=seed, n_hyper=max(4, n_boot))
         draws, mean = gp.draws(), gp.mean()
-    # the x grid of the surrogate, inside the range the trials covered
+    # the x grid of the surrogate, inside the range its rows covered (a curve's points included)
     gx = _quad_value(np.arange(QUAD).astype(float))
-    scaled_x = _design(ok, params, cats)[0][:, ix]
+    scaled_x = gp.x[:, gp.groups[ix][0]]
     lo_x, hi_x = float(scaled_x.min()), float(scaled_x.max())
     cover = (gx >= lo_x - 0.5 / QUAD) & (gx <= hi_x + 0.5 / QUAD)
     lgx = to_log(gx, x)

@@ -73,21 +73,29 @@ class Hyper:
     pair: np.ndarray  # interaction variance per pair of knobs (BayesGP.pairs)
     noise: float  # extra noise variance beyond the measured seed noise (standardised units)
     const: float
+    cluster: float = 0.0  # variance of an offset shared by the rows of one trial (its curve's points)
 
 
 class BayesGP:
     """Posterior over the ANOVA components of val_loss given trials `x` (n, k) in the unit design
     space and values `y`. `groups`: the design columns of each knob; `categorical`: which knobs
-    are one-hot (their grid is their levels). `sem`: each trial's measured standard error."""
+    are one-hot (their grid is their levels). `sem`: each trial's measured standard error.
+    `cluster`: per row, the trial it comes from, when rows are the points of trials' validation
+    curves: the rows of one trial share its seed noise, so their noise is correlated, modelled as
+    an offset per trial (a random intercept, its variance a hyperparameter drawn like the rest)
+    beside the independent noise of each point."""
 
     def __init__(self, x: np.ndarray, y: np.ndarray, groups: list[list[int]], *, categorical: list[bool],
                  sem: np.ndarray | None = None, n_hyper: int = 24, seed: int = 0, burn: int = 200,
-                 thin: int = 3, max_fit: int = MAX_FIT) -> None:
+                 thin: int = 3, max_fit: int = MAX_FIT, cluster: np.ndarray | None = None) -> None:
         rng = np.random.default_rng(seed)
         if len(x) > max_fit:
             keep = rng.choice(len(x), max_fit, replace=False)
             x, y = x[keep], y[keep]
             sem = None if sem is None else sem[keep]
+            cluster = None if cluster is None else np.asarray(cluster)[keep]
+        self.cluster = None if cluster is None else np.unique(np.asarray(cluster), return_inverse=True)[1]
+        self._same = None if self.cluster is None else (self.cluster[:, None] == self.cluster[None, :]).astype(float)
         self.x = np.asarray(x, dtype=float)
         self.mu, self.sd = float(np.mean(y)), float(np.std(y)) or 1.0
         self.y = (np.asarray(y, dtype=float) - self.mu) / self.sd
@@ -133,23 +141,33 @@ class BayesGP:
             out = out + h.pair[p] * ks[i] * ks[j]
         return out
 
-    def _kxx(self, h: Hyper) -> np.ndarray:
-        k = self._combine(self._per_knob_xx(h), h)
-        k[np.diag_indices_from(k)] += h.noise + self.known + JITTER
+    def _noise(self, k: np.ndarray, h: Hyper) -> np.ndarray:
+        """k plus the noise covariance of the rows: independent per row (extra + measured), and
+        the offset each trial's rows share."""
+        k[np.diag_indices(len(self.x))] += h.noise + self.known + JITTER
+        if self._same is not None:
+            k[:len(self.x), :len(self.x)] += h.cluster * self._same
         return k
+
+    def _kxx(self, h: Hyper) -> np.ndarray:
+        return self._noise(self._combine(self._per_knob_xx(h), h), h)
 
     # --- hyperparameters ---------------------------------------------------------------
     def _prior(self) -> tuple[np.ndarray, np.ndarray]:
         g, p = len(self.groups), len(self.pairs)
         main = math.log(1.0 / g)
-        mean = np.array([LOG_LS_PRIOR[0]] * g + [main] * g + [LOG_PAIR[0]] * p + [LOG_NOISE[0], LOG_CONST[0]])
-        sd = np.array([LOG_LS_PRIOR[1]] * g + [LOG_MAIN[1]] * g + [LOG_PAIR[1]] * p + [LOG_NOISE[1], LOG_CONST[1]])
-        return mean, sd
+        mean = [LOG_LS_PRIOR[0]] * g + [main] * g + [LOG_PAIR[0]] * p + [LOG_NOISE[0], LOG_CONST[0]]
+        sd = [LOG_LS_PRIOR[1]] * g + [LOG_MAIN[1]] * g + [LOG_PAIR[1]] * p + [LOG_NOISE[1], LOG_CONST[1]]
+        if self.cluster is not None:
+            mean, sd = mean + [LOG_NOISE[0]], sd + [LOG_NOISE[1]]
+        return np.array(mean), np.array(sd)
 
     def _unpack(self, theta: np.ndarray) -> Hyper:
         g, p = len(self.groups), len(self.pairs)
         e = np.exp(theta)
-        return Hyper(e[:g], e[g:2 * g], e[2 * g:2 * g + p], float(e[-2]), float(e[-1]))
+        k = 2 * g + p
+        return Hyper(e[:g], e[g:2 * g], e[2 * g:k], float(e[k]), float(e[k + 1]),
+                     float(e[k + 2]) if self.cluster is not None else 0.0)
 
     def _loglik(self, theta: np.ndarray) -> float:
         try:
@@ -200,9 +218,8 @@ class BayesGP:
         n = len(self.x)
         for h in self.hypers:
             kx = self._per_knob_xx(h)
-            kxx = self._combine(kx, h)
+            kxx = self._noise(self._combine(kx, h), h)
             noise = h.noise + self.known
-            kxx[np.diag_indices_from(kxx)] += noise + JITTER
             try:
                 chol = np.linalg.cholesky(kxx)
             except np.linalg.LinAlgError:
@@ -227,6 +244,8 @@ class BayesGP:
                 grids[c], crosses[c] = draw[:len(idx)], var * k_gx
                 prior_x = prior_x + draw[len(idx):]
             eps = self.rng.normal(0.0, 1.0, (n, per_hyper)) * np.sqrt(noise)[:, None]
+            if self.cluster is not None:  # the offset each trial's rows share
+                eps = eps + self.rng.normal(0.0, 1.0, (self.cluster.max() + 1, per_hyper))[self.cluster] * math.sqrt(h.cluster)
             alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, self.y[:, None] - prior_x - eps))
             for c in comps:
                 out[c].append((grids[c] + crosses[c] @ alpha).T)
@@ -258,9 +277,9 @@ class BayesGP:
         for h in self.hypers:
             kx = [self._centred(g, h.ls[g], _sqdist(xs[:, c], xs[:, c]), _sqdist(xs[:, c], self.grid[g]),
                                 _sqdist(xs[:, c], self.grid[g])) for g, c in enumerate(self.groups)]
-            kxx = self._combine(kx, h)
-            noise = np.concatenate([h.noise + self.known, np.full(len(xs) - len(self.x), h.noise + self.known.mean())])
-            kxx[np.diag_indices_from(kxx)] += noise + JITTER
+            kxx = self._noise(self._combine(kx, h), h)
+            extra_noise = h.noise + self.known.mean() + (h.cluster if self.cluster is not None else 0.0)
+            kxx[np.arange(len(self.x), len(xs)), np.arange(len(self.x), len(xs))] += extra_noise + JITTER
             try:
                 chol = np.linalg.cholesky(kxx)
             except np.linalg.LinAlgError:

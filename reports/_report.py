@@ -46,6 +46,7 @@ from ._tables import (
     categorical_params,
     compute_spent,
     converged,
+    curve_rows,
     curves_of,
     numeric_params,
     pareto_frame,
@@ -99,8 +100,11 @@ def analyse(study: Any, *, n_boot: int = 20) -> StudyReport:
     space = study.user_attrs.get(A.SPACE) or {}
     fit = converged(ok)  # the response-surface analyses leave out the runs that never settled
     left_out = ok[~ok["trial"].isin(fit["trial"])]
-    # one surrogate for the couplings and the laws (they read the same trials)
-    gp = shared_surrogate(fit, numeric, categorical, n_boot=n_boot)
+    # one surrogate for the couplings and the laws (they read the same trials); with `steps`
+    # sampled, every validated step of every trial's curve is an observation (curve_rows)
+    score = (study.user_attrs.get(A.SETTINGS) or {}).get("score", "final")
+    rows = curve_rows(fit, curves_of(study), numeric["steps"], score=score) if "steps" in numeric else None
+    gp = shared_surrogate(fit, numeric, categorical, n_boot=n_boot, rows=rows)
     couplings = coupling_analysis(fit, numeric, categorical=categorical, n_boot=n_boot, gp=gp)
     laws = []
     for h in space.get("hypotheses", []):
@@ -187,13 +191,15 @@ def analyse(study: Any, *, n_boot: int = 20) -> StudyReport:
 
 
 def shared_surrogate(fit: pd.DataFrame, numeric: dict[str, Any], categorical: dict[str, Any], *,
-                     n_boot: int) -> Any:
+                     n_boot: int, rows: pd.DataFrame | None = None) -> Any:
     """The surrogate both the coupling and the law analyses draw from, when there are enough
-    complete rows for either (else None: each says why it has no answer)."""
+    complete rows for either (else None: each says why it has no answer). `rows`: the trials'
+    curves as observations (curve_rows), fitted instead of one row per trial."""
     cats = {k: list(v) for k, v in categorical.items() if len(v) >= 2}
-    rows = fit.dropna(subset=["val_loss", *numeric, *cats])
-    if len(rows) != len(fit) or len(numeric) + len(cats) < 2 or len(rows) < max(8, len(numeric) + len(cats) + 3):
+    complete = fit.dropna(subset=["val_loss", *numeric, *cats])
+    if len(complete) != len(fit) or len(numeric) + len(cats) < 2 or len(complete) < max(8, len(numeric) + len(cats) + 3):
         return None
+    rows = complete if rows is None else rows.dropna(subset=["val_loss", *numeric, *cats])
     import warnings
 
     from threadpoolctl import threadpool_limits

@@ -134,6 +134,43 @@ def curves_of(study: Any) -> dict[int, list[tuple[int, float]]]:
             for t in study.trials if t.user_attrs.get(A.VAL_CURVE)}
 
 
+def curve_rows(fit: pd.DataFrame, curves: dict[int, list[tuple[int, float]]], steps: dict[str, Any], *,
+               score: str = "final", max_rows: int = 120) -> pd.DataFrame | None:
+    """Steps as data: when `steps` is a sampled param, each trial's validations at steps inside
+    the space's range are observations of the objective at those steps (a trial's first s steps
+    are a trial of s steps: the LR schedule is constant after warmup), one row each, the other
+    params the trial's. Under `--score best` a row's value is the best of the curve up to its
+    step. At most max_rows // trials points per trial (evenly spaced, its own last one always),
+    so the surrogate's cost stays what it was. The rows keep the trial in CURVE_TRIAL: they share
+    its seed noise, and the surrogate models that (reports._gp: an offset per trial). None when
+    no trial kept a curve."""
+    from ._analysis import CURVE_TRIAL
+
+    have = [int(t) for t in fit["trial"] if int(t) in curves]
+    if not have or len(have) < len(fit):
+        return None
+    per = max(1, max_rows // len(have))
+    lo, hi = float(steps["low"]), float(steps["high"])
+    rows = []
+    for r in fit.itertuples(index=False):
+        row = r._asdict()
+        points = [(s, v) for s, v in curves[int(row["trial"])] if lo <= s <= min(hi, float(row["steps"]))]
+        if score == "best":
+            best, kept = math.inf, []
+            for s, v in points:
+                best = min(best, v)
+                kept.append((s, best))
+            points = kept
+        if not points:
+            continue
+        if len(points) > per:
+            idx = np.unique(np.round(np.linspace(len(points) - 1, 0, per)).astype(int))
+            points = [points[i] for i in idx]
+        for s, v in points:
+            rows.append({**row, "steps": s, "val_loss": v, CURVE_TRIAL: int(row["trial"])})
+    return pd.DataFrame(rows) if rows else None
+
+
 def compute_spent(study: Any, trials: pd.DataFrame) -> dict[str, Any] | None:
     """Optimizer steps and trial-seconds spent, and what the early stops saved (the steps a stopped
     trial did not train, and its seconds scaled by them); None when no trial recorded its steps."""

@@ -164,3 +164,36 @@ fixed:
   steps: 90
   val_every: 10
 """
+
+
+STEPS_SPACE = {"steps": {"low": 20.0, "high": 200.0, "log": False},
+               "lr": {"low": 1e-3, "high": 1e-1, "log": True},
+               "decay": {"low": 0.0, "high": 1.0, "log": False}}
+
+
+def steps_study(seed: int, *, n: int = 20, alpha: float = -0.5, trial_noise: float = 0.03,
+                point_noise: float = 0.01, every: int = 10) -> tuple[pd.DataFrame, dict[int, list[tuple[int, float]]]]:
+    """A study over `steps` with curves: the best lr at s steps is lr*(s) = 0.02 (s / 20)^alpha
+    (alpha = 0: no coupling of steps and lr), the loss also falls with s on its own and decay acts
+    alone. Seed noise: an offset per trial shared by its whole curve (trial_noise) and a jitter
+    per validation (point_noise). Returns (trials as reports.trials_frame shapes them, each with
+    its own steps' value; {trial: [(step, val_loss), ...]} validated every `every` steps)."""
+    rng = np.random.default_rng(seed)
+    d = STEPS_SPACE
+    steps = rng.integers(int(d["steps"]["low"]), int(d["steps"]["high"]) + 1, n)
+    lr = np.exp(rng.uniform(math.log(d["lr"]["low"]), math.log(d["lr"]["high"]), n))
+    decay = rng.uniform(0, 1, n)
+
+    def truth(s: float, lr_: float, dec: float) -> float:
+        best = math.log(0.02) + alpha * math.log(s / 20)
+        return 0.15 * (math.log(lr_) - best) ** 2 + 0.5 * math.exp(-s / 60) + 0.2 * dec
+
+    curves, final = {}, []
+    for t in range(n):
+        offset = rng.normal(0, trial_noise)
+        points = [int(s) for s in range(every, int(steps[t]) + 1, every)]
+        if not points or points[-1] != int(steps[t]):
+            points.append(int(steps[t]))
+        curves[t] = [(s, truth(s, lr[t], decay[t]) + offset + rng.normal(0, point_noise)) for s in points]
+        final.append(curves[t][-1][1])
+    return frame({"steps": steps.astype(float), "lr": lr, "decay": decay}, np.array(final)), curves

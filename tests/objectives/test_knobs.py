@@ -243,3 +243,119 @@ def test_sdxl_full_unfreeze_trains_every_trainable_parameter():
         for name, p in te.named_parameters():
             moved = not torch.equal(p.detach(), ref[name].detach())
             assert moved == p.requires_grad, f"encoder {i} {name}: trainable={p.requires_grad} moved={moved}"
+
+
+# --- the knobs trainers tune beside ours ------------------------------------------------------
+def test_min_snr_weights_are_the_closed_form():
+    from objectives._textual_inversion import loss_weights
+
+    sched = cached_base_model("tiny", "cpu").scheduler
+    t = torch.tensor([0, 10, 100, 500, 999])
+    ac = sched.alphas_cumprod[t].double()
+    snr = ac / (1 - ac)
+    expected = torch.minimum(snr, torch.tensor(5.0, dtype=torch.float64)) / snr
+    assert torch.allclose(loss_weights(sched, t, 5.0).double(), expected, rtol=1e-5)
+    assert torch.equal(loss_weights(sched, t, 0.0), torch.ones(5))
+    # it weighs the low-noise (high-SNR) timesteps down, the high-noise ones not at all
+    w = loss_weights(sched, t, 5.0)
+    assert w[0] < 0.01 and w[-1] == pytest.approx(1.0)
+
+
+def test_min_snr_changes_the_training_loss_not_the_validation_draws():
+    plain, _ = trained_parts({})
+    snr, _ = trained_parts({"min_snr_gamma": 5.0})
+    assert plain["val_loss_init"] == snr["val_loss_init"]  # the same fixed validation
+    assert snr["history"]["train_loss"] != plain["history"]["train_loss"]
+    assert all(a <= b + 1e-9 for a, b in zip(snr["history"]["train_loss"], plain["history"]["train_loss"]))
+
+
+def test_noise_offset_shifts_the_training_noise_per_sample_and_channel():
+    seen = []
+    from diffusers import DDPMScheduler
+
+    original = DDPMScheduler.add_noise
+
+    def spy(self, x, noise, t):
+        seen.append(noise.detach().clone())
+        return original(self, x, noise, t)
+
+    DDPMScheduler.add_noise = spy
+    try:
+        trained_parts({"steps": 30, "noise_offset": 0.5})
+        offset = torch.cat([n for n in seen if n.shape[0] == 4])  # the training batches
+        seen.clear()
+        trained_parts({"steps": 30})
+        plain = torch.cat([n for n in seen if n.shape[0] == 4])
+    finally:
+        DDPMScheduler.add_noise = original
+    # the per-(sample, channel) means: std sqrt(0.5^2 + 1/pixels) with the offset, 1/16 without
+    m_off, m_plain = offset.mean(dim=(2, 3)).std(), plain.mean(dim=(2, 3)).std()
+    assert 0.4 < float(m_off) < 0.6 and float(m_plain) < 0.1
+
+
+def _moved(params: dict) -> float:
+    """How far the first concept vector moved from its (seeded) start."""
+    start = train({**FAST, "steps": 1, "lr": 1e-12}).trainables.concepts[0].z.detach()
+    _, parts = trained_parts(params)
+    return float((parts["concept_embeddings"][0].z.detach() - start).norm())
+
+
+def test_caption_dropout_trains_the_concept_less():
+    """A dropped caption is the empty prompt: no concept token, no gradient to its vector from
+    that sample (the UNet's LoRA still learns from it)."""
+    assert _moved({"steps": 8, "caption_dropout": 0.9}) < 0.8 * _moved({"steps": 8})
+
+
+def test_gradient_checkpointing_lowers_memory_and_keeps_the_loss():
+    plain, _ = trained_parts({"lora_rank": 4})
+    ckpt, parts = trained_parts({"lora_rank": 4, "gradient_checkpointing": True})
+    assert ckpt["peak_mem_mb"] < plain["peak_mem_mb"]
+    assert ckpt["val_loss"] == pytest.approx(plain["val_loss"], rel=1e-5)
+    assert ckpt["history"]["train_loss"] == pytest.approx(plain["history"]["train_loss"], rel=1e-5)
+    # the worker's shared UNet is left as it was found
+    assert not cached_base_model("tiny", "cpu").unet.is_gradient_checkpointing
+
+
+def test_gradient_checkpointing_on_trained_encoders_too():
+    plain, _ = trained_parts({"freeze": "full"})
+    ckpt, _ = trained_parts({"freeze": "full", "gradient_checkpointing": True})
+    assert ckpt["peak_mem_mb"] < plain["peak_mem_mb"]
+    assert ckpt["val_loss"] == pytest.approx(plain["val_loss"], rel=1e-5)
+
+
+def test_ema_decay_exports_the_moving_average(monkeypatch):
+    """Every optimizer step updates the average (diffusers' EMAModel: its decay ramps as
+    (1+t)/(10+t) up to ema_decay), and the exported vector is the average of the vectors the
+    optimizer produced, computed here by hand from each step's raw vector."""
+    raw = []
+    step = torch.optim.AdamW.step
+
+    def recording(self, *a, **kw):
+        out = step(self, *a, **kw)
+        raw.append(self.param_groups[0]["params"][0].detach().clone())  # the concept code z
+        return out
+
+    start = train({**FAST, "steps": 1, "lr": 1e-12}).trainables.concepts[0].z.detach().clone()
+    monkeypatch.setattr(torch.optim.AdamW, "step", recording)
+    _, parts = trained_parts({"steps": 12, "ema_decay": 0.9})
+    shadow = start.clone()
+    for t, z in enumerate(raw, start=1):
+        decay = 0.0 if t <= 1 else min((1 + (t - 1)) / (10 + (t - 1)), 0.9)
+        shadow = shadow - (1 - decay) * (shadow - z)
+    exported = parts["concept_embeddings"][0].z.detach()
+    assert len(raw) == 12 and torch.allclose(exported, shadow, atol=1e-6)
+    assert not torch.allclose(exported, raw[-1], atol=1e-4)  # the average, not the last step's
+
+
+def test_weight_decay_per_group():
+    from objectives._params import resolve_params
+    from objectives._textual_inversion import optimizer_groups
+
+    run = train({**FAST, "lora_rank": 2})
+    groups = optimizer_groups(run.trainables, resolve_params({"lora_rank": 2, "weight_decay": 0.1,
+                                                              "embedding_weight_decay": 0.0}))
+    assert [g["weight_decay"] for g in groups] == [0.0, 0.1]
+    # on the concept vectors: a heavy decay shrinks them (diffusers #1009)
+    _, light = trained_parts({"steps": 10, "embedding_weight_decay": 0.0, "init_std": 0.5})
+    _, heavy = trained_parts({"steps": 10, "embedding_weight_decay": 50.0, "init_std": 0.5})
+    assert float(heavy["concept_embeddings"][0].z.norm()) < float(light["concept_embeddings"][0].z.norm())
