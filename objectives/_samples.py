@@ -189,11 +189,13 @@ def model_resolution(model: str) -> int:
     return int(unet["sample_size"]) * 2 ** (len(vae["block_out_channels"]) - 1)
 
 
-def data_digest(model: str, data: str | None) -> str:
-    """One digest of the training and validation data a trial of this model sees."""
-    from ._data import dataset_inputs
+def data_digest(model: str, data: str | None, fixed: dict | None = None) -> str:
+    """One digest of the training and validation data a trial of this model sees (with the
+    study's fixed data settings: crop, flip, learnable_property)."""
+    from ._data import DATA_SETTINGS, dataset_inputs
 
-    return "-".join(d["digest"] for d in dataset_inputs(model_resolution(model), data))
+    settings = tuple((k, (fixed or {})[k]) for k in DATA_SETTINGS if k in (fixed or {}))
+    return "-".join(d["digest"] for d in dataset_inputs(model_resolution(model), data, settings))
 
 
 def training_grids(model: str, data: str | None) -> dict[str, bytes]:

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ._data import TEMPLATES, VAL_TEMPLATE, ConceptSet, dataset_inputs, folder_concepts, synthetic_concepts
+from ._data import ConceptSet, dataset_inputs, folder_concepts, synthetic_concepts, templates
 from ._health import HealthMonitor
 from ._health_config import HealthConfig, TrialStopped
 from ._memory import MemoryMeter
@@ -61,15 +62,18 @@ def cached_base_model(spec: str, device: str, precision: str = "fp32") -> BaseMo
 
 
 @functools.lru_cache(maxsize=4)
-def _cached_data(spec: str, device: str, precision: str, data: str | None, resolution: int) -> dict[str, Any]:
+def _cached_data(spec: str, device: str, precision: str, data: str | None, resolution: int,
+                 crop: str = "center", flipped: bool = False) -> dict[str, Any]:
     base = cached_base_model(spec, device, precision)
-    concepts = synthetic_concepts(resolution) if data is None else folder_concepts(Path(data), resolution)
-    return {"concepts": concepts, **_encode(base, concepts, torch.device(device))}
+    concepts = synthetic_concepts(resolution) if data is None else folder_concepts(Path(data), resolution, crop)
+    return {"concepts": concepts, **_encode(base, concepts, torch.device(device), flipped=flipped)}
 
 
 @torch.no_grad()
-def _encode(base: BaseModel, concepts: ConceptSet, device: torch.device) -> dict[str, Any]:
-    """1) latents of the frozen VAE, once (not every step as the reference script does)."""
+def _encode(base: BaseModel, concepts: ConceptSet, device: torch.device, *, flipped: bool = False) -> dict[str, Any]:
+    """1) latents of the frozen VAE, once (not every step as the reference script does); with
+    crop windows or flips, of every view of every training image (`train_views`: (images,
+    views, ...), the unflipped views first, then their mirror images)."""
     combos = sorted({c for _, c in concepts.train + concepts.val}, key=lambda c: (len(c), c))
 
     def enc(items: tuple) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,8 +84,19 @@ def _encode(base: BaseModel, concepts: ConceptSet, device: torch.device) -> dict
 
     train_lat, train_combo = enc(concepts.train)
     val_lat, val_combo = enc(concepts.val) if concepts.val else enc(concepts.train)
-    return {"combos": combos, "train_lat": train_lat, "train_combo": train_combo,
-            "val_lat": val_lat, "val_combo": val_combo}
+    out = {"combos": combos, "train_lat": train_lat, "train_combo": train_combo,
+           "val_lat": val_lat, "val_combo": val_combo, "train_views": None}
+    views = [v[1:] if len(v) > 1 else v[:1] for v in concepts.views] if concepts.views else \
+        [im[None] for im, _ in concepts.train]
+    if flipped or any(len(v) > 1 for v in views):
+        stack = np.stack(views)  # (images, windows, 3, R, R)
+        if flipped:
+            stack = np.concatenate([stack, stack[..., ::-1]], axis=1)
+        n, v = stack.shape[:2]
+        flat = torch.from_numpy(np.ascontiguousarray(stack.reshape(n * v, *stack.shape[2:]))).to(device, base.vae.dtype)
+        lat = torch.cat([base.vae.encode(flat[i:i + 32]).latent_dist.mean for i in range(0, len(flat), 32)])
+        out["train_views"] = (lat * base.vae.config.scaling_factor).reshape(n, v, *lat.shape[1:])
+    return out
 
 
 class ConceptEmbedding(torch.nn.Module):
@@ -299,7 +314,7 @@ def train(
         raise ValueError("precision fp16 needs a CUDA device (GradScaler); this worker has none: use bf16 or fp32")
     base = cached_base_model(model, device.type, cfg["precision"])
     resolution = cfg["resolution"] or base.resolution
-    cache = _cached_data(model, device.type, cfg["precision"], data, resolution)
+    cache = _cached_data(model, device.type, cfg["precision"], data, resolution, cfg["crop"], cfg["flip"] > 0)
     concepts: ConceptSet = cache["concepts"]
     combos: list[tuple[int, ...]] = cache["combos"]
     gen = torch.Generator(device="cpu").manual_seed(cfg["seed"])
@@ -368,7 +383,8 @@ def train(
 
     cast_training_params([unet, *encoders], dtype=torch.float32)  # trainable weights stay fp32
     # the UNet (shared, or the trial's LoRA copy) and the encoders this trial trains (its copies)
-    checkpointed = _checkpointing([unet, *(encoders if copy_text else [])], cfg["gradient_checkpointing"])
+    checkpointed = (_checkpointing([unet, *(encoders if copy_text else [])], True)
+                    if cfg["gradient_checkpointing"] else [])
     trainables = Trainables(
         concept_embs,
         [{n: p for n, p in te.named_parameters() if p.requires_grad} for te in encoders],
@@ -378,15 +394,40 @@ def train(
 
     first_id = concept_embs[0].first_id
 
-    def ids_for(template: str) -> list[torch.Tensor]:
-        prompts = [template.format(" and ".join(" ".join(tokens[c]) for c in combo)) for combo in combos]
+    def tokenized(prompts: list[str]) -> list[torch.Tensor]:
         return [tok(prompts, padding="max_length", max_length=tok.model_max_length, truncation=True,
                     return_tensors="pt").input_ids for tok in tokenizers]
 
-    per_template = [ids_for(t) for t in TEMPLATES]
+    def ids_for(template: str) -> list[torch.Tensor]:
+        return tokenized([template.format(" and ".join(" ".join(tokens[c]) for c in combo)) for combo in combos])
+
+    train_templates, val_template = templates(cfg["learnable_property"])
+    per_template = [ids_for(t) for t in train_templates]
     train_ids = [torch.stack([pt[e] for pt in per_template]).to(device) for e in range(len(encoders))]
     train_scale = token_rank_factors(train_ids[0].cpu(), first_id, cfg["token_weight_decay"]).to(device)
-    val_ids = [ids.to(device) for ids in ids_for(VAL_TEMPLATE)]
+    val_ids = [ids.to(device) for ids in ids_for(val_template)]
+    # an image's own caption, where it has one, instead of the templates (its concept's tokens
+    # where it names the concept, else in front)
+    words = {c: " ".join(tokens[c]) for c in range(len(concepts.names))}
+    captioned = {k: with_concept(cap, concepts.names[concepts.train[k][1][0]], words[concepts.train[k][1][0]])
+                 for k, cap in enumerate(concepts.captions) if cap is not None}
+    caption_ids = caption_scale = has_caption = None
+    if captioned:
+        order = sorted(captioned)
+        has_caption = torch.zeros(len(concepts.train), dtype=torch.bool)
+        has_caption[order] = True
+        rows = [tokenized([captioned.get(k, "")]) for k in range(len(concepts.train))]
+        caption_ids = [torch.cat([r[e] for r in rows]).to(device) for e in range(len(encoders))]
+        caption_scale = token_rank_factors(caption_ids[0].cpu(), first_id, cfg["token_weight_decay"]).to(device)
+        has_caption = has_caption.to(device)
+    val_captioned = {k: with_concept(cap, concepts.names[concepts.val[k][1][0]], words[concepts.val[k][1][0]])
+                     for k, cap in enumerate(concepts.val_captions) if cap is not None}
+    val_caption_ids = None
+    if val_captioned:
+        rows = [tokenized([val_captioned[k]]) if k in val_captioned else
+                [v[cache["val_combo"][k]][None].cpu() for v in val_ids] for k in range(len(concepts.val))]
+        val_caption_ids = [torch.cat([r[e] for r in rows]).to(device) for e in range(len(encoders))]
+    weights = torch.tensor([float(r) for r in concepts.repeats]) if concepts.repeats and len(set(concepts.repeats)) > 1 else None
     empty_ids = [tok([""], padding="max_length", max_length=tok.model_max_length, truncation=True,
                      return_tensors="pt").input_ids.to(device) for tok in tokenizers]
     sched = base.scheduler
@@ -417,7 +458,8 @@ def train(
             t = torch.full((lat.shape[0],), tv, device=device, dtype=torch.long)
             noisy = sched.add_noise(lat, noise, t)
             with autocast:
-                per_t[f"val_loss/t{tv}"] = float(errors(predict(noisy, t, [v[combo] for v in val_ids]), noise).mean())
+                vids = val_caption_ids if val_caption_ids is not None else [v[combo] for v in val_ids]
+                per_t[f"val_loss/t{tv}"] = float(errors(predict(noisy, t, vids), noise).mean())
                 total += per_t[f"val_loss/t{tv}"]
                 if final and singles:
                     for k, sc in enumerate(single_combo):
@@ -470,9 +512,14 @@ def train(
         stopped: TrialStopped | None = None
         # 5) epsilon-prediction MSE on cached latents (+ the in-batch contrastive margin term)
         for step in range(cfg["steps"]):
-            idx = torch.randint(0, lat_all.shape[0], (cfg["batch_size"],), generator=gen).to(device)
-            tmpl = torch.randint(0, len(TEMPLATES), (cfg["batch_size"],), generator=gen).to(device)
+            if weights is None:
+                idx = torch.randint(0, lat_all.shape[0], (cfg["batch_size"],), generator=gen).to(device)
+            else:  # kohya's N_name/ folders: an image's repeat count is its weight in the draw
+                idx = torch.multinomial(weights, cfg["batch_size"], replacement=True, generator=gen).to(device)
+            tmpl = torch.randint(0, len(train_templates), (cfg["batch_size"],), generator=gen).to(device)
             lat, combo = lat_all[idx], combo_all[idx]
+            if cache["train_views"] is not None:  # a crop window and a flip per sample
+                lat = cache["train_views"][idx, view_of(cfg, cache["train_views"].shape[1], len(idx), gen).to(device)]
             noise = torch.randn(lat.shape, generator=gen)
             if cfg["noise_offset"] > 0:  # a constant per sample and channel
                 noise = noise + cfg["noise_offset"] * torch.randn((*lat.shape[:2], 1, 1), generator=gen)
@@ -481,6 +528,10 @@ def train(
             noisy = sched.add_noise(lat, noise, t)
             ids = [ti[tmpl, combo] for ti in train_ids]
             scale = train_scale[tmpl, combo]
+            if caption_ids is not None:
+                own = has_caption[idx]
+                ids = [torch.where(own[:, None], ci[idx], i) for ci, i in zip(caption_ids, ids)]
+                scale = torch.where(own[:, None], caption_scale[idx], scale)
             if cfg["caption_dropout"] > 0:
                 drop = (torch.rand(lat.shape[0], generator=gen) < cfg["caption_dropout"]).to(device)
                 ids = [torch.where(drop[:, None], e.expand_as(i), i) for i, e in zip(ids, empty_ids)]
@@ -618,14 +669,33 @@ def train(
         "health": health_report,
         "artifacts": artifacts,
         "curve": curve.points,
-        "datasets": _datasets(resolution, data),
+        "datasets": _datasets(resolution, data, tuple((k, cfg[k]) for k in ("crop", "flip", "learnable_property"))),
     }
     return Trained(result, {tok: learned[0][i] for i, tok in enumerate(flat)}, base, encoders, unet, trainables)
 
 
 @functools.lru_cache(maxsize=4)
-def _datasets(resolution: int, data: str | None) -> list[dict[str, Any]]:
-    return dataset_inputs(resolution, data)
+def _datasets(resolution: int, data: str | None, settings: tuple = ()) -> list[dict[str, Any]]:
+    return dataset_inputs(resolution, data, settings)
+
+
+def with_concept(caption: str, name: str, words: str) -> str:
+    """A caption with the concept's placeholder tokens in it: `{concept}` or `<name>` replaced, or
+    the tokens put in front ("<dog>, a dog on a beach") when it names neither."""
+    if "{concept}" in caption or f"<{name}>" in caption:
+        return caption.replace("{concept}", words).replace(f"<{name}>", words)
+    return f"{words}, {caption}"
+
+
+def view_of(cfg: Mapping[str, Any], views: int, n: int, gen: torch.Generator) -> torch.Tensor:
+    """Per sample, which view of its image it trains on: a crop window at random (crop=random),
+    mirrored with probability `flip` (the mirrored views are the second half)."""
+    flipped = cfg["flip"] > 0
+    windows = views // 2 if flipped else views
+    out = torch.randint(0, windows, (n,), generator=gen) if windows > 1 else torch.zeros(n, dtype=torch.long)
+    if flipped:
+        out = out + windows * (torch.rand(n, generator=gen) < cfg["flip"]).long()
+    return out
 
 
 def _fidelity_encoder(path: str, base: BaseModel, device: str) -> Any:
@@ -666,8 +736,8 @@ def _checkpointing(modules: list[torch.nn.Module], on: bool) -> list[torch.nn.Mo
         for m in modules:
             if hasattr(m, "disable_gradient_checkpointing"):
                 m.disable_gradient_checkpointing()
-            elif hasattr(m, "gradient_checkpointing_disable"):
-                m.gradient_checkpointing_disable()
+            else:  # transformers 5 renamed it activation_checkpointing_*
+                (getattr(m, "activation_checkpointing_disable", None) or m.gradient_checkpointing_disable)()
         return []
     switched = []
     for m in modules:
@@ -675,7 +745,10 @@ def _checkpointing(modules: list[torch.nn.Module], on: bool) -> list[torch.nn.Mo
             m.enable_gradient_checkpointing()
             switched.append(m)
         elif getattr(m, "supports_gradient_checkpointing", False):  # transformers models (a trial's copy)
-            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if hasattr(m, "activation_checkpointing_enable"):
+                m.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             m.train()  # transformers checkpoints in training mode only (CLIP's dropout is 0)
             switched.append(m)
     return switched

@@ -163,6 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--trial", type=int, metavar="N", help="the trial's number")
     which.add_argument("--front", action="store_true", help="every Pareto-front trial, one folder each")
     pull.add_argument("directory")
+    pull.add_argument("--format", choices=("diffusers", "kohya"), default="diffusers",
+                      help="diffusers' layout, or kohya's, which AUTOMATIC1111 and ComfyUI load [diffusers]")
     common(pull)
 
     exp = sub.add_parser("export-model", help="write a built-in model as a diffusers folder")
@@ -806,23 +808,55 @@ def cmd_pull(a: argparse.Namespace) -> int:
     import mlflow.artifacts
 
     tracking = _tracking_of(a, study, workdir)
+    import tempfile
+
     for t in trials:
         folder = target / f"trial-{t.number}" if a.front else target
         folder.mkdir(parents=True, exist_ok=True)
         run_id = t.user_attrs[A.MLFLOW_RUN_ID]
-        try:
-            names = {f.path for f in mlflow.MlflowClient(tracking).list_artifacts(run_id)}
-            for path in ("concepts", "pytorch_lora_weights.safetensors", "config.yaml"):
-                if path in names:
-                    mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=path, dst_path=str(folder),
-                                                        tracking_uri=tracking)
-        except Exception as exc:  # noqa: BLE001 - MLflow unreachable or the run's artifacts gone
-            print(f"csweep: pull: cannot read trial {t.number}'s run {run_id} from {_redacted(tracking)} "
-                  f"({exc.__class__.__name__}: {str(exc)[:200]})", file=sys.stderr)
-            return 1
-        print(f"trial {t.number} -> {folder}")
-        print(_load_lines(folder))
+        with tempfile.TemporaryDirectory() as tmp:
+            into = folder if a.format == "diffusers" else Path(tmp)
+            try:
+                names = {f.path for f in mlflow.MlflowClient(tracking).list_artifacts(run_id)}
+                for path in ("concepts", "pytorch_lora_weights.safetensors", "config.yaml"):
+                    if path in names:
+                        mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=path, dst_path=str(into),
+                                                            tracking_uri=tracking)
+            except Exception as exc:  # noqa: BLE001 - MLflow unreachable or the run's artifacts gone
+                print(f"csweep: pull: cannot read trial {t.number}'s run {run_id} from {_redacted(tracking)} "
+                      f"({exc.__class__.__name__}: {str(exc)[:200]})", file=sys.stderr)
+                return 1
+            print(f"trial {t.number} -> {folder}")
+            if a.format == "diffusers":
+                print(_load_lines(folder))
+                continue
+            print(_write_kohya(into, folder, f"{study.study_name}-trial-{t.number}"))
     return 0
+
+
+def _write_kohya(pulled: Path, folder: Path, prefix: str) -> str:
+    """kohya's files (objectives._kohya) from a pulled diffusers folder, its config.yaml beside
+    them; returns the lines that say where AUTOMATIC1111 and ComfyUI take them."""
+    import shutil
+
+    import yaml
+
+    from objectives._kohya import write_kohya
+
+    config = pulled / "config.yaml"
+    alpha = None
+    if config.is_file():
+        alpha = (yaml.safe_load(config.read_text()) or {}).get("lora_alpha")
+        shutil.copy(config, folder / "config.yaml")
+    lines = []
+    for path in write_kohya(pulled, folder, prefix=prefix, alpha=alpha):
+        if path.stem == prefix:
+            lines.append(f"  {path}: LoRA, into models/Lora (A1111: <lora:{prefix}:1> in the prompt) or "
+                         "ComfyUI's models/loras (LoraLoader)")
+        else:
+            lines.append(f"  {path}: embedding, into embeddings/ (A1111 and ComfyUI: write {path.stem} in the "
+                         f"prompt; ComfyUI: embedding:{path.stem})")
+    return "\n".join(lines)
 
 
 def _load_lines(folder: Path) -> str:

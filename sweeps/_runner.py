@@ -134,7 +134,7 @@ def _open_study(cfg: RunConfig) -> Any:
     if cfg.builtin:
         from objectives import data_digest
 
-        study.set_user_attr(A.DATA_DIGEST, data_digest(cfg.model, cfg.data))
+        study.set_user_attr(A.DATA_DIGEST, data_digest(cfg.model, cfg.data, dict(cfg.fixed)))
     return study
 
 

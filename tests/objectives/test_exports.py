@@ -99,3 +99,48 @@ def test_lora_export_carries_alpha_metadata():
     # diffusers keeps the LoRA config as adapter metadata: alpha and rank survive the file
     adapter = json.loads(meta["lora_adapter_metadata"])
     assert adapter["unet.lora_alpha"] == 2.0 and adapter["unet.r"] == 4
+
+
+def test_kohya_layout_is_what_a1111_and_comfyui_read(tmp_path):
+    """`csweep pull --format kohya`: embeddings under `emb_params` (SD 1.x), LoRA keys as ComfyUI's
+    comfy/lora.py maps them (lora_unet_ + the diffusers module path with underscores; the text
+    encoder's lora_te_text_model_encoder_layers_<i>_self_attn_<q|k|v|out>_proj), each module's
+    alpha the trial's lora_alpha, and the same weight update as the diffusers file."""
+    import torch
+    from safetensors.torch import load_file
+
+    from objectives._kohya import write_kohya
+    from objectives._textual_inversion import train
+
+    run = train({"steps": 2, "lora_rank": 2, "lora_alpha": 4.0, "lora_targets": "both"})
+    pulled = tmp_path / "pulled"
+    for name, blob in run.result["artifacts"].items():
+        (pulled / name).parent.mkdir(parents=True, exist_ok=True)
+        (pulled / name).write_bytes(blob)
+    out = tmp_path / "kohya"
+    out.mkdir()
+    written = write_kohya(pulled, out, prefix="mystudy-trial-0", alpha=4.0)
+    names = sorted(p.name for p in written)
+    assert names == sorted(["red-circle.safetensors", "green-square.safetensors", "blue-stripes.safetensors",
+                            "mystudy-trial-0.safetensors"])
+    emb = load_file(str(out / "red-circle.safetensors"))
+    assert list(emb) == ["emb_params"] and emb["emb_params"].shape == (1, 32)
+    lora = load_file(str(out / "mystudy-trial-0.safetensors"))
+    modules = {k.split(".")[0] for k in lora}
+    unet_paths = {n.replace(".", "_") for n, _ in run.unet.named_modules()}
+    for m in modules:
+        assert {f"{m}.lora_down.weight", f"{m}.lora_up.weight", f"{m}.alpha"} <= set(lora), m
+        assert float(lora[f"{m}.alpha"]) == 4.0
+        if m.startswith("lora_unet_"):
+            assert m[len("lora_unet_"):] in unet_paths, m
+        else:
+            assert m.startswith("lora_te_text_model_encoder_layers_"), m
+            assert m.rsplit("_", 2)[-2:][0] in ("q", "k", "v", "out") and m.endswith("_proj"), m
+    assert any(m.startswith("lora_unet_") for m in modules) and any(m.startswith("lora_te_") for m in modules)
+    # the update kohya's loaders apply, up @ down x alpha / rank, equals the adapter's own
+    diffusers = load_file(str(pulled / "pytorch_lora_weights.safetensors"))
+    key = next(k for k in diffusers if k.startswith("unet.") and k.endswith("to_q.lora.down.weight"))
+    down, up = diffusers[key], diffusers[key.replace(".lora.down.", ".lora.up.")]
+    m = "lora_unet_" + key[len("unet."):].split(".lora")[0].replace(".", "_")
+    k_delta = lora[f"{m}.lora_up.weight"] @ lora[f"{m}.lora_down.weight"] * float(lora[f"{m}.alpha"]) / 2
+    assert torch.allclose(k_delta, up @ down * 4.0 / 2)

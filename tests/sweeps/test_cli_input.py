@@ -182,9 +182,9 @@ def test_study_with_other_objectives_is_refused(tmp_path, cli, directions, names
 def test_spaces_lists_builtins_without_heavy_imports(tmp_path):
     code = "import sys; from sweeps._cli import main; main(['spaces']); print('torch' in sys.modules)"
     res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
-                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
-                              "PYTHONDONTWRITEBYTECODE": "1"})  # a plug-in's import is not csweep writing
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert res.returncode == 0
     names = [line.split()[0] for line in res.stdout.splitlines()[:-1]]
-    assert names == ["all8", "contrastive", "demo", "freeze", "lora_embed", "token_decay", "warmup_init"]
+    assert names == ["all8", "contrastive", "demo", "freeze", "lora_embed", "token_decay", "trainer_knobs",
+                     "warmup_init"]
     assert res.stdout.splitlines()[-1] == "False"
