@@ -9,7 +9,12 @@ BUILTIN_MODELS = ("tiny", "tiny-sdxl")
 
 
 def export_model(name: str, directory: Path) -> Path:
-    """Write built-in model `name` to `directory`, loadable with from_pretrained."""
+    """Write built-in model `name` to `directory`, loadable with from_pretrained: a tiny model, or
+    `random:sd15` / `random:sdxl` (the published architectures with seeded random weights)."""
+    if name in ("random:sd15", "random:sdxl"):
+        from ._model import export_random
+
+        return export_random(name, directory)
     if name not in BUILTIN_MODELS:
         raise ValueError(f"model {name!r} is not built in (built-ins: {', '.join(BUILTIN_MODELS)})")
     from ._model import export_tiny

@@ -277,7 +277,81 @@ def load_local(path: Path) -> BaseModel:
 
 
 def load_base_model(spec: str) -> BaseModel:
-    """`tiny`, `tiny-sdxl` or a path to a local diffusers folder."""
+    """`tiny`, `tiny-sdxl`, `random:sd15`, `random:sdxl` (built in memory, seeded) or a path to a
+    local diffusers folder."""
     if spec in TINY_MODELS:
         return build_tiny(spec)
+    if spec in RANDOM_MODELS:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            parts = random_parts(spec, Path(tmp))
+        for module in (*parts["text_encoders"], parts["unet"], parts["vae"]):
+            module.requires_grad_(False).eval()
+        resolution = int(parts["unet"].config.sample_size) * 8
+        return BaseModel(parts["tokenizers"], parts["text_encoders"], parts["unet"], parts["vae"],
+                         parts["scheduler"], source=spec, resolution=resolution)
     return load_local(Path(spec))
+
+
+# --- the published architectures with seeded random weights (csweep export-model random:...) ----
+# The configs as diffusers publishes them for runwayml/stable-diffusion-v1-5 and
+# stabilityai/stable-diffusion-xl-base-1.0 (unet/, vae/, text_encoder*/ config.json), so that a
+# study can be dry-run on the real shapes (memory per config, step time, every knob's code path)
+# without the weights, which csweep never downloads.
+RANDOM_MODELS = ("random:sd15", "random:sdxl")
+VOCAB = 49408  # CLIP's vocabulary: the embedding matrices at their real size
+
+SD15_UNET = dict(sample_size=64, in_channels=4, out_channels=4, layers_per_block=2,
+                 block_out_channels=(320, 640, 1280, 1280), cross_attention_dim=768, attention_head_dim=8,
+                 down_block_types=("CrossAttnDownBlock2D",) * 3 + ("DownBlock2D",),
+                 up_block_types=("UpBlock2D",) + ("CrossAttnUpBlock2D",) * 3)
+SDXL_UNET = dict(sample_size=128, in_channels=4, out_channels=4, layers_per_block=2,
+                 block_out_channels=(320, 640, 1280), cross_attention_dim=2048, attention_head_dim=(5, 10, 20),
+                 transformer_layers_per_block=(1, 2, 10), use_linear_projection=True,
+                 down_block_types=("DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"),
+                 up_block_types=("CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"),
+                 addition_embed_type="text_time", addition_time_embed_dim=256,
+                 projection_class_embeddings_input_dim=2816)
+VAE = dict(in_channels=3, out_channels=3, latent_channels=4, layers_per_block=2,
+           block_out_channels=(128, 256, 512, 512), down_block_types=("DownEncoderBlock2D",) * 4,
+           up_block_types=("UpDecoderBlock2D",) * 4)
+CLIP_L = dict(vocab_size=VOCAB, hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
+              num_attention_heads=12, max_position_embeddings=77, hidden_act="quick_gelu", projection_dim=768)
+CLIP_G = dict(vocab_size=VOCAB, hidden_size=1280, intermediate_size=5120, num_hidden_layers=32,
+              num_attention_heads=20, max_position_embeddings=77, hidden_act="gelu", projection_dim=1280)
+SCHEDULER = dict(num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
+                 steps_offset=1, clip_sample=False)
+
+
+def random_parts(name: str, tokenizer_dir: Path) -> dict[str, Any]:
+    """The modules of `random:sd15` or `random:sdxl`: published configs, weights seeded (torch
+    seed 0), a tokenizer of csweep's own padded with unused tokens to CLIP's 49,408 so that the
+    embedding matrices have their real size."""
+    from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
+
+    if name not in RANDOM_MODELS:
+        raise ValueError(f"model {name!r} is not one of {', '.join(RANDOM_MODELS)}")
+    sdxl = name == "random:sdxl"
+    tok = CLIPTokenizer.from_pretrained(str(write_tiny_tokenizer(tokenizer_dir)), model_max_length=77)
+    tok.add_tokens([f"<unused-{i}>" for i in range(VOCAB - len(tok))])
+    ids = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    encoders = [CLIPTextModel(CLIPTextConfig(**CLIP_L, **ids))]
+    if sdxl:
+        encoders.append(CLIPTextModelWithProjection(CLIPTextConfig(**CLIP_G, **ids)))
+    unet = UNet2DConditionModel(**(SDXL_UNET if sdxl else SD15_UNET))
+    vae = AutoencoderKL(**VAE, sample_size=1024 if sdxl else 512,
+                        scaling_factor=0.13025 if sdxl else 0.18215)
+    return dict(tokenizers=[tok] * len(encoders), text_encoders=encoders, unet=unet, vae=vae,
+                scheduler=DDPMScheduler(**SCHEDULER))
+
+
+def export_random(name: str, directory: Path) -> Path:
+    """Write `random:sd15` / `random:sdxl` as a diffusers folder (fp32: about 4 GB / 14 GB)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        _save_pipeline(random_parts(name, Path(tmp)), directory)
+    return directory

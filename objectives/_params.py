@@ -211,7 +211,8 @@ def check_val_every(val_every: Any, steps: Any) -> str | None:
 
 
 # Shapes of the built-in models, so that shape rules are checked without loading anything.
-_BUILTIN_SHAPES = {"tiny": {"hidden": 32, "layers": 2}, "tiny-sdxl": {"hidden": 32, "layers": 1}}
+_BUILTIN_SHAPES = {"tiny": {"hidden": 32, "layers": 2}, "tiny-sdxl": {"hidden": 32, "layers": 1},
+                   "random:sd15": {"hidden": 768, "layers": 12}, "random:sdxl": {"hidden": 768, "layers": 11}}
 
 
 def model_limits(model: str) -> dict[str, int] | None:

@@ -182,6 +182,8 @@ def model_resolution(model: str) -> int:
 
     if model in TINY_MODELS:
         return TINY_RESOLUTION
+    if model in ("random:sd15", "random:sdxl"):
+        return 512 if model == "random:sd15" else 1024
     import json
 
     unet = json.loads((Path(model) / "unet" / "config.json").read_text())

@@ -82,7 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "coupling verdict; --trials is the budget")
     run.add_argument("--seeds", type=_positive_int("--seeds"), default=1,
                      help="train every sampled config with K seeds; its val_loss is their mean [1]")
-    run.add_argument("--model", default="tiny", help="tiny, tiny-sdxl or a local diffusers folder [tiny]")
+    run.add_argument("--model", default="tiny",
+                     help="tiny, tiny-sdxl, random:sd15, random:sdxl (the real architectures, seeded random "
+                          "weights: for --dry-run) or a local diffusers folder [tiny]")
     run.add_argument("--data", help="folder of concept images [synthetic concepts]")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                      help="override a fixed parameter (repeatable)")
@@ -120,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the study's objectives: val_loss,peak_mem_mb and optionally fidelity "
                           "(maximized; needs samples) [val_loss,peak_mem_mb]")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument("--dry-run", type=_positive_int("--dry-run"), metavar="N",
+                     help="train N of the space's configs for 2 steps each here, print their peak memory and "
+                          "step time (flagging those above --max-mem-mb), and add nothing to any study")
 
     res = sub.add_parser("resume", help="continue an interrupted study (same spec, same MLflow parent)")
     res.add_argument("study")
@@ -168,7 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
     common(pull)
 
     exp = sub.add_parser("export-model", help="write a built-in model as a diffusers folder")
-    exp.add_argument("model", choices=("tiny", "tiny-sdxl"))
+    exp.add_argument("model", choices=("tiny", "tiny-sdxl", "random:sd15", "random:sdxl"),
+                     help="a tiny model, or the published SD 1.5 / SDXL architecture with seeded random weights "
+                          "(about 4 GB / 14 GB in fp32), for dry runs on the real shapes")
     exp.add_argument("directory")
     return p
 
@@ -229,11 +236,11 @@ def check_ray_address(value: str) -> None:
 
 
 def check_model(value: str) -> None:
-    if value in ("tiny", "tiny-sdxl"):
+    if value in ("tiny", "tiny-sdxl", "random:sd15", "random:sdxl"):
         return
     path = Path(value)
     if not path.is_dir():
-        raise UsageError(f"--model {value!r}: neither tiny, tiny-sdxl nor a directory")
+        raise UsageError(f"--model {value!r}: neither tiny, tiny-sdxl, random:sd15, random:sdxl nor a directory")
     missing = [n for n in ("model_index.json", "unet", "vae", "text_encoder", "tokenizer", "scheduler")
                if not (path / n).exists()]
     if missing:
@@ -488,6 +495,8 @@ def sample_settings(space: Any, a: argparse.Namespace, *, builtin: bool) -> dict
 
 def cmd_run(a: argparse.Namespace) -> int:
     cfg = run_config(a)
+    if a.dry_run:
+        return dry_run(cfg, a.dry_run)
     from ._runner import run_sweep
     from ._study import StudyMismatch, make_storage, mismatch
 
@@ -504,6 +513,57 @@ def cmd_run(a: argparse.Namespace) -> int:
     except StudyMismatch as exc:
         raise UsageError(str(exc)) from None
     return _finish(out, cfg.workdir, a.tracking_uri, cfg.tracking_uri)
+
+
+def dry_run(cfg: Any, n: int) -> int:
+    """`csweep run SPACE --dry-run N`: N configs of the space (a scrambled Sobol sequence, seeded
+    by --seed) trained for 2 steps each in this process on whatever device there is, with no
+    validation during training, no samples and no early stop; per config its peak memory, its
+    step time and whether it fits --max-mem-mb. Nothing is written: no storage, no MLflow."""
+    if not cfg.builtin:
+        raise UsageError("--dry-run trains the built-in objective's configs; a plug-in objective runs them itself")
+    import time
+    import warnings
+
+    import optuna
+    import torch
+
+    from objectives._textual_inversion import pick_device, train
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    dists = cfg.space.distributions()
+    sampler = optuna.samplers.QMCSampler(seed=cfg.seed if cfg.seed is not None else 0, warn_independent_sampling=False)
+    study = optuna.create_study(sampler=sampler, directions=["minimize"])
+    device = pick_device()
+    print(f"dry run of {cfg.space.name}: {n} configs, 2 steps each, model {cfg.model}, on {device.type}")
+    over = 0
+    for i in range(n):
+        trial = study.ask(fixed_distributions=dists)
+        params = {**cfg.fixed, **trial.params, "steps": 2, "val_every": 2}
+        stamps: list[float] = []
+        started = time.perf_counter()
+        try:
+            res = train(params, model=cfg.model, data=cfg.data, health={"early_stop": False},
+                        on_step=lambda s, m: stamps.append(time.perf_counter())).result
+        except Exception as exc:  # noqa: BLE001 - a config that does not run is what a dry run is for
+            name = "out of memory" if exc.__class__.__name__ == "OutOfMemoryError" else exc.__class__.__name__
+            print(f"  {i}: {_params_text(trial.params)}: {name}: {str(exc)[:200]}")
+            over += 1
+            continue
+        step = (stamps[-1] - stamps[-2]) if len(stamps) >= 2 else time.perf_counter() - started
+        flag = ""
+        if cfg.max_mem_mb is not None and res["peak_mem_mb"] > cfg.max_mem_mb:
+            flag, over = f"  ABOVE --max-mem-mb {cfg.max_mem_mb:g}", over + 1
+        print(f"  {i}: {_params_text(trial.params)}: peak {res['peak_mem_mb']:.1f} MB "
+              f"({res['tags']['peak_mem_source']}), step {step:.3f} s{flag}")
+    print(f"{over} of {n} configs above the budget or failing; nothing was added to any study")
+    return 0
+
+
+def _params_text(params: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
 
 
 def _finish(out: Any, workdir: Path, tracking_given: str | None, tracking: str) -> int:

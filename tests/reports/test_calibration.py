@@ -250,22 +250,25 @@ def _steps_fit(seed: int, *, n: int, alpha: float, curves: bool):
 def test_curves_as_observations_of_steps_keep_the_law_honest_and_narrow_it():
     """With `steps` sampled, each trial's validations are observations at their steps, its seed
     noise shared by its whole curve (an offset per trial in the surrogate). Planted: the best lr
-    falls as steps^-0.5. At 20 trials the law's interval covers the truth as often as from the
-    trials' last points alone, and is narrower (the curves carry more information)."""
-    with_curves = [_steps_fit(s, n=20, alpha=-0.5, curves=True) for s in range(10)]
-    finals = [_steps_fit(s, n=20, alpha=-0.5, curves=False) for s in range(10)]
+    falls as steps^-0.5. At 20 trials, over 20 seeded studies, the law is stated in every one and its
+    interval covers the truth in at least 18 (18 measured; from the trials' last points alone: stated
+    in 17, covering in 17), at less than 0.6x the width (0.26 against 0.64 measured)."""
+    with_curves = [_steps_fit(s, n=20, alpha=-0.5, curves=True) for s in STUDIES]
+    finals = [_steps_fit(s, n=20, alpha=-0.5, curves=False) for s in STUDIES]
     stated = [law for law, _ in with_curves if law.stated]
     covered = sum(law.alpha_ci_low <= -0.5 <= law.alpha_ci_high for law in stated)
-    assert len(stated) >= 9 and covered >= len(stated) - 1, [(law.alpha_ci_low, law.alpha_ci_high) for law in stated]
+    assert len(stated) == 20 and covered >= 18, [(law.alpha_ci_low, law.alpha_ci_high) for law in stated]
     width = lambda fits: np.median([f.alpha_ci_high - f.alpha_ci_low for f, _ in fits if f.stated])  # noqa: E731
-    assert width(with_curves) < 0.75 * width(finals)
-    assert all(not c.verdict().startswith("no sign") for _, c in with_curves)
+    assert width(with_curves) < 0.6 * width(finals)
+    assert all(c.verdict().startswith("coupled") for _, c in with_curves)
 
 
 @pytest.mark.slow
 def test_curves_as_observations_do_not_invent_a_coupling_of_steps():
     """The same study with the best lr independent of steps (alpha = 0): the points of one curve
     are correlated through the trial's seed noise, and read as independent they would call the
-    pair coupled; with the per-trial offset, steps x lr is not called coupled in more than 1 of 10."""
-    pairs = [_steps_fit(s, n=20, alpha=0.0, curves=True)[1] for s in range(10)]
-    assert sum(c.verdict().startswith("coupled") for c in pairs) <= 1, [c.verdict() for c in pairs]
+    pair coupled; with the per-trial offset, steps x lr is called coupled in at most 1 of 20 (0
+    measured, "no sign" in 20), and no law is stated."""
+    fits = [_steps_fit(s, n=20, alpha=0.0, curves=True) for s in STUDIES]
+    assert sum(c.verdict().startswith("coupled") for _, c in fits) <= 1, [c.verdict() for _, c in fits]
+    assert sum(law.stated for law, _ in fits) <= 1

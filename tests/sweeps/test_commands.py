@@ -106,3 +106,20 @@ def test_a_malformed_number_is_still_one_line_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "lr must be a float > 0, got '1e-4x'" in err[0]
     assert not (tmp_path / "w").exists()
+
+
+def test_dry_run_trains_configs_for_two_steps_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    """`csweep run SPACE --dry-run N`: N of the space's configs, 2 steps each, peak memory and step
+    time printed, the ones above --max-mem-mb flagged, no storage, no MLflow, no workdir."""
+    monkeypatch.chdir(tmp_path)
+    rc = main(["run", "lora_embed", "--dry-run", "2", "--max-mem-mb", "20", "--workdir", str(tmp_path / "w")])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    lines = [ln for ln in out.splitlines() if ln.startswith("  ")]
+    assert len(lines) == 2 and all("peak" in ln and "MB" in ln and "step" in ln for ln in lines), out
+    assert all("lora_rank=" in ln and "embedding_dim=" in ln for ln in lines)
+    above = [ln for ln in lines if "ABOVE --max-mem-mb 20" in ln]
+    peaks = [float(ln.split("peak ")[1].split(" MB")[0]) for ln in lines]
+    assert len(above) == sum(p > 20 for p in peaks)
+    assert "nothing was added to any study" in out
+    assert not (tmp_path / "w").exists() and not list(tmp_path.iterdir())

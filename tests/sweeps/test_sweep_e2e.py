@@ -171,6 +171,17 @@ def test_pull_writes_what_diffusers_loads(tiny_sweep, tmp_path, monkeypatch, cap
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "LOADED" in out.stdout, out.stderr[-2000:]
+    # kohya's layout, for AUTOMATIC1111 and ComfyUI: an embedding file per concept, one LoRA file
+    res = cli("pull", "warmup_init", "--trial", "1", "--format", "kohya", str(tmp_path / "k1"))
+    assert res.returncode == 0, res.stderr
+    assert {p.name for p in (tmp_path / "k1").iterdir()} == {
+        "red-circle.safetensors", "green-square.safetensors", "blue-stripes.safetensors",
+        "warmup_init-trial-1.safetensors", "config.yaml"}
+    assert "models/Lora" in res.stdout and "embeddings/" in res.stdout
+    from safetensors.torch import load_file
+
+    lora = load_file(str(tmp_path / "k1" / "warmup_init-trial-1.safetensors"))
+    assert lora and all(k.startswith("lora_unet_") for k in lora)
     # bad input: a trial that is not there
     res = cli("pull", "warmup_init", "--trial", "99", str(tmp_path / "none"))
     assert res.returncode == 2 and "no completed trial 99" in res.stderr and not (tmp_path / "none").exists()
