@@ -15,7 +15,9 @@ from typing import Any
 
 import yaml
 
-TOP_KEYS = ("name", "description", "objective", "trials", "params", "fixed", "hypotheses", "samples")
+TOP_KEYS = ("name", "description", "objective", "trials", "params", "fixed", "hypotheses", "samples", "profiles")
+PROFILES = ("tiny", "sd15", "sdxl")  # model families a space may give ranges of their own
+PROFILE_KEYS = ("params", "fixed", "trials")
 NUMERIC_KEYS = ("type", "low", "high", "log", "step")
 LAWS = ("power",)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -73,6 +75,25 @@ class SearchSpace:
     hypotheses: tuple[Hypothesis, ...] = ()
     source: str = "<memory>"
     samples: Mapping[str, Any] = field(default_factory=dict)  # checked by the objective's SampleConfig
+    # per model family, ranges and fixed values of its own over the ones above (the tiny model's)
+    profiles: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    profile: str = ""  # the family this space was selected for (for_profile), "" when none
+
+    def for_profile(self, family: str) -> SearchSpace:
+        """This space for a model family: its profile's params replace those of the same name, its
+        fixed values go over the others, its trials over the default. Without a profile of that
+        family, the space as it is."""
+        prof = self.profiles.get(family)
+        if prof is None:
+            return self
+        base = self.to_dict()
+        base.pop("profiles", None)
+        merged = {**base, "params": {**base["params"], **dict(prof.get("params") or {})},
+                  "fixed": {**base["fixed"], **dict(prof.get("fixed") or {})}}
+        if prof.get("trials") is not None:
+            merged["trials"] = prof["trials"]
+        out = parse_space(merged, source=f"{self.source} (profile {family})")
+        return SearchSpace(**{**out.__dict__, "source": self.source, "profile": family})
 
     def distributions(self) -> dict[str, Any]:
         return {p.name: p.to_distribution() for p in self.params}
@@ -87,6 +108,7 @@ class SearchSpace:
             "fixed": dict(self.fixed),
             "hypotheses": [{"x": h.x, "y": h.y, **({"law": h.law} if h.law else {})} for h in self.hypotheses],
             **({"samples": dict(self.samples)} if self.samples else {}),
+            **({"profiles": {k: dict(v) for k, v in self.profiles.items()}} if self.profiles else {}),
         }
 
 
@@ -210,10 +232,29 @@ def parse_space(data: Any, *, source: str) -> SearchSpace:
     samples = data.get("samples") or {}
     if not isinstance(samples, Mapping):
         raise err("samples", samples, "must be a mapping (prompts, seeds, steps, scheduler, guidance_scale, enabled)")
-    return SearchSpace(
+    profiles = data.get("profiles") or {}
+    if not isinstance(profiles, Mapping):
+        raise err("profiles", profiles, f"must be a mapping of model family ({', '.join(PROFILES)}) -> params/fixed/trials")
+    for family, prof in profiles.items():
+        if family not in PROFILES:
+            raise err(f"profiles.{family}", prof, f"unknown model family (known: {', '.join(PROFILES)})")
+        if not isinstance(prof, Mapping) or not set(prof) <= set(PROFILE_KEYS):
+            raise err(f"profiles.{family}", prof, f"must be a mapping with {', '.join(PROFILE_KEYS)}")
+        for k in prof.get("params") or {}:
+            if k not in raw_params:
+                raise err(f"profiles.{family}.params.{k}", prof["params"][k],
+                          "must be a param of the space (a profile gives its range for this family)")
+        for k in prof.get("fixed") or {}:
+            if k in raw_params:
+                raise err(f"profiles.{family}.fixed.{k}", prof["fixed"][k], "is sampled by the space")
+    space = SearchSpace(
         name=name, description=description, objective=objective, trials=trials,
         params=params, fixed=dict(fixed), hypotheses=tuple(hypotheses), source=source, samples=dict(samples),
+        profiles={str(k): dict(v) for k, v in profiles.items()},
     )
+    for family in profiles:  # every profile is a valid space of its own
+        space.for_profile(family)
+    return space
 
 
 class _Loader(yaml.SafeLoader):

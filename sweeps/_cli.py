@@ -85,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--model", default="tiny",
                      help="tiny, tiny-sdxl, random:sd15, random:sdxl (the real architectures, seeded random "
                           "weights: for --dry-run) or a local diffusers folder [tiny]")
+    run.add_argument("--profile", choices=("tiny", "sd15", "sdxl"),
+                     help="the space's ranges for this model family [from --model: tiny for the tiny models, "
+                          "sdxl for a folder with text_encoder_2, else sd15]")
     run.add_argument("--data", help="folder of concept images [synthetic concepts]")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                      help="override a fixed parameter (repeatable)")
@@ -235,6 +238,15 @@ def check_ray_address(value: str) -> None:
                          "is the cluster up?") from None
 
 
+def model_family(model: str) -> str:
+    """tiny, sd15 or sdxl: which of a space's profiles a model takes (config files only)."""
+    if model in ("tiny", "tiny-sdxl"):
+        return "tiny"
+    if model.startswith("random:"):
+        return model.split(":", 1)[1]
+    return "sdxl" if (Path(model) / "text_encoder_2").is_dir() else "sd15"
+
+
 def check_model(value: str) -> None:
     if value in ("tiny", "tiny-sdxl", "random:sd15", "random:sdxl"):
         return
@@ -382,6 +394,11 @@ def run_config(a: argparse.Namespace) -> Any:
     from ._settings import RunConfig
 
     space = _load_space(a.space)
+    check_model(a.model)
+    family = a.profile or model_family(a.model)
+    if a.profile and space.profiles and a.profile not in space.profiles:
+        raise UsageError(f"--profile {a.profile}: {space.source} has profiles {', '.join(space.profiles)} only")
+    space = space.for_profile(family)
     objective_name = a.objective or space.objective or DEFAULT_OBJECTIVE
     try:
         objective = get_objective(objective_name)
@@ -405,7 +422,6 @@ def run_config(a: argparse.Namespace) -> Any:
         HealthConfig.from_mapping(health)
     except ValueError as exc:
         raise UsageError(f"--health: {exc}") from None
-    check_model(a.model)
     check_objective_params(space, fixed, objective, a.model)
     rungs = check_curve_options(a, space, fixed, objective)
     samples = sample_settings(space, a, builtin=objective.builtin)
@@ -438,6 +454,7 @@ def run_config(a: argparse.Namespace) -> Any:
         objective=objective_name, builtin=objective.builtin, fixed=fixed, model=a.model,
         data=str(Path(a.data).resolve()) if a.data else None, sampler=a.sampler, seed=a.seed, seeds=a.seeds,
         until_decisive=a.until_decisive, score=a.score, early_stop=a.early_stop or "", rungs=rungs,
+        profile=space.profile,
         ray_address=a.ray_address, cpus_per_trial=a.cpus_per_trial, gpus_per_trial=a.gpus_per_trial,
         max_mem_mb=a.max_mem_mb, health=health, samples=samples, progress=not a.no_progress,
         max_retries=a.max_retries, max_fail_share=a.max_fail_share, objectives=objectives,
@@ -738,7 +755,8 @@ def cmd_report(a: argparse.Namespace) -> int:
 def cmd_spaces(a: argparse.Namespace) -> int:
     for name in builtin_space_names():
         space = load_space(name)
-        print(f"{name:<14} {space.description}")
+        profiles = f" [profiles: tiny, {', '.join(space.profiles)}]" if space.profiles else ""
+        print(f"{name:<14} {space.description}{profiles}")
     return 0
 
 

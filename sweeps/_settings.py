@@ -38,6 +38,7 @@ class RunConfig:
     until_decisive: bool = False  # stop once every hypothesis (or pair) has a decided verdict
     score: str = "final"  # the study's val_loss: the trial's last validation, or its best step's
     early_stop: str = ""  # "dominated": stop trials the others beat at a rung (sweeps._rungs)
+    profile: str = ""  # the space's profile (model family) the run took its ranges from
     rungs: tuple[float, ...] = tuple(k / 9 for k in range(1, 7))  # fractions of a trial's steps (sweeps._rungs)
     ray_address: str | None = field(default=None, metadata=PER_INVOCATION)
     cpus_per_trial: float | None = None  # None: the CPUs shared among the trials in flight

@@ -35,3 +35,26 @@ def test_builtin_space_trains_at_both_ends_of_its_ranges(name):
         if r.kind is Kind.OK:
             assert r.metrics["val_loss"] > 0 and r.metrics["peak_mem_mb"] > 0
             assert r.config["steps"] == 3 and "precision" in r.config  # the resolved config
+
+
+@pytest.mark.parametrize("model,family", [("random:sd15", "sd15"), ("random:sdxl", "sdxl")])
+def test_every_builtin_space_has_ranges_for_the_real_model_families(model, family, tmp_path):
+    """A real model takes the space's profile for its family (from --model, or --profile): the
+    trainers' step counts and lr ranges instead of the tiny model's, every value checked against
+    the real shapes (embedding_dim <= 768, unfreeze_layers <= the used encoder layers)."""
+    from search_spaces import builtin_space_names, load_space
+    from sweeps._cli import build_parser, run_config
+
+    for name in builtin_space_names():
+        tiny = load_space(name)
+        assert set(tiny.profiles) == {"sd15", "sdxl"}, name
+        cfg = run_config(build_parser().parse_args(["run", name, "--model", model, "--workdir", str(tmp_path)]))
+        assert cfg.profile == family and cfg.space.profile == family
+        assert cfg.fixed["steps"] >= 500 > tiny.fixed["steps"], name
+    # --profile picks the family whatever the model (here the tiny one, for a space without shape rules)
+    forced = run_config(build_parser().parse_args(["run", "warmup_init", "--profile", family, "--workdir", str(tmp_path)]))
+    assert forced.space.to_dict() == load_space("warmup_init").for_profile(family).to_dict()
+    assert forced.profile == family
+    # the tiny model keeps the ranges the space's params give
+    cfg = run_config(build_parser().parse_args(["run", "warmup_init", "--workdir", str(tmp_path)]))
+    assert cfg.profile == "" and cfg.fixed["steps"] == 80

@@ -69,6 +69,15 @@ BAD = [
     ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--sampler", "bayes"], ["--sampler", "bayes"]),
     ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--max-mem-mb", "-5"], ["--max-mem-mb", "> 0"]),
     ({}, ["report", "nostudy"], ["'nostudy'", "no storage"]),
+    # model-family profiles
+    ({"s.yaml": GOOD_SPACE + "profiles:\n  sd21: {fixed: {steps: 10}}\n"}, ["run", "s.yaml"],
+     ["profiles.sd21", "unknown model family", "sd15"]),
+    ({"s.yaml": GOOD_SPACE + "profiles:\n  sd15: {params: {lr: {type: float, low: 1.0e-5, high: 1.0e-3}}}\n"},
+     ["run", "s.yaml"], ["profiles.sd15.params.lr", "must be a param of the space"]),
+    ({"s.yaml": GOOD_SPACE + "profiles:\n  sd15: {fixed: {steps: 10}}\n"}, ["run", "s.yaml", "--profile", "sdxl"],
+     ["--profile sdxl", "has profiles sd15 only"]),
+    ({"s.yaml": GOOD_SPACE + "profiles:\n  sd15: {params: {init_std: {type: float, low: 0.5, high: 0.1}}}\n"},
+     ["run", "s.yaml"], ["profile sd15", "params.init_std.low"]),
     # validation during training, the score, the rungs of --early-stop dominated
     ({"s.yaml": GOOD_SPACE + "fixed:\n  val_every: 0\n"}, ["run", "s.yaml"], ["fixed.val_every", "an int >= 1"]),
     ({"s.yaml": GOOD_SPACE + "fixed:\n  steps: 40\n  val_every: 50\n"}, ["run", "s.yaml"],

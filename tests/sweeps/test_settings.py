@@ -45,7 +45,7 @@ def option_values(tmp: Path) -> dict[str, list[str]]:
         "--no-early-stop": [], "--health": ["patience=5"], "--no-progress": [],
         "--samples": ["3"], "--no-samples": [], "--fidelity-model": [str(clip)],
         "--objectives": ["fidelity,val_loss,peak_mem_mb"], "--until-decisive": [],
-        "--early-stop": ["dominated"], "--rungs": ["0.2,0.5"], "--score": ["best"],
+        "--early-stop": ["dominated"], "--rungs": ["0.2,0.5"], "--score": ["best"], "--profile": ["sd15"],
     }
 
 
