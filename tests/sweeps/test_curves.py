@@ -165,8 +165,8 @@ def test_the_builtin_validates_during_training_and_score_best_is_the_best_steps_
     key = "concepts/red-circle/learned_embeds.safetensors"
     a, c = load(best["artifacts"][key]), load(short["artifacts"][key])
     assert all(torch.allclose(a[k], c[k], atol=1e-6) for k in a)
-    # the default: about 8 validations a trial, fewer where they would cost over 10% of it: the
-    # tiny model's 9 held-out images at batch 4 cost about 1.7 steps a validation, so every 18th
+    # the default: about 8 validations a trial, but no more often than every 8 x held-out / batch
+    # steps: the tiny model's 9 held-out images at batch 4, so every 18th
     default = train({"lr": 5e-3, "seed": 1, "steps": 40}).result
     assert [p["step"] for p in default["curve"]] == [0, 18, 36, 40] and default["val_every"] == 18
     from objectives import default_val_every
