@@ -413,11 +413,8 @@ def train(
                  for k, cap in enumerate(concepts.captions) if cap is not None}
     caption_ids = caption_scale = has_caption = None
     if captioned:
-        order = sorted(captioned)
-        has_caption = torch.zeros(len(concepts.train), dtype=torch.bool)
-        has_caption[order] = True
-        rows = [tokenized([captioned.get(k, "")]) for k in range(len(concepts.train))]
-        caption_ids = [torch.cat([r[e] for r in rows]).to(device) for e in range(len(encoders))]
+        has_caption = torch.tensor([k in captioned for k in range(len(concepts.train))])
+        caption_ids = [ids.to(device) for ids in tokenized([captioned.get(k, "") for k in range(len(concepts.train))])]
         caption_scale = token_rank_factors(caption_ids[0].cpu(), first_id, cfg["token_weight_decay"]).to(device)
         has_caption = has_caption.to(device)
     val_captioned = {k: with_concept(cap, concepts.names[concepts.val[k][1][0]], words[concepts.val[k][1][0]])
@@ -428,8 +425,7 @@ def train(
                 [v[cache["val_combo"][k]][None].cpu() for v in val_ids] for k in range(len(concepts.val))]
         val_caption_ids = [torch.cat([r[e] for r in rows]).to(device) for e in range(len(encoders))]
     weights = torch.tensor([float(r) for r in concepts.repeats]) if concepts.repeats and len(set(concepts.repeats)) > 1 else None
-    empty_ids = [tok([""], padding="max_length", max_length=tok.model_max_length, truncation=True,
-                     return_tensors="pt").input_ids.to(device) for tok in tokenizers]
+    empty_ids = [ids.to(device) for ids in tokenized([""])]
     sched = base.scheduler
     autocast = (
         contextlib.nullcontext() if cfg["precision"] == "fp32"
@@ -453,12 +449,12 @@ def train(
         single_combo = [combos.index((c,)) for c in range(len(concepts.names))]
         sep_err = torch.zeros(len(singles), len(single_combo), device=device)
         per_t: dict[str, float] = {}
+        vids = val_caption_ids if val_caption_ids is not None else [v[combo] for v in val_ids]
         for tv in VAL_TIMESTEPS:
             noise = torch.randn(lat.shape, generator=vg).to(device, lat.dtype)
             t = torch.full((lat.shape[0],), tv, device=device, dtype=torch.long)
             noisy = sched.add_noise(lat, noise, t)
             with autocast:
-                vids = val_caption_ids if val_caption_ids is not None else [v[combo] for v in val_ids]
                 per_t[f"val_loss/t{tv}"] = float(errors(predict(noisy, t, vids), noise).mean())
                 total += per_t[f"val_loss/t{tv}"]
                 if final and singles:

@@ -179,7 +179,7 @@ def analyse(study: Any, *, n_boot: int = 20) -> StudyReport:
                 f"({compute['steps_saved_by_early_stop'] / max(1, compute['steps_planned']):.0%}) and about "
                 f"{compute['trial_seconds_saved_by_early_stop_est']:.0f} trial-seconds saved; "
                 f"{compute['steps_trained']} steps trained.")
-    summary["score"] = (study.user_attrs.get(A.SETTINGS) or {}).get("score", "final")
+    summary["score"] = score
     extras = {"feasible", "fidelity", "outcome", *NOISE_COLUMNS, *FIDELITY_NOISE_COLUMNS, *CURVE_COLUMNS,
               "health", "node_id", "rerun_of", "reason"}
     return StudyReport(

@@ -297,13 +297,15 @@ def check_objective_params(space: SearchSpace, fixed: dict[str, Any], objective:
         _check_val_every(space, fixed)
 
 
-def _extremes(space: SearchSpace, fixed: dict[str, Any], name: str) -> tuple[str, list[Any]]:
-    """(where, the values a param can take at its ends): its fixed value or its sampled bounds."""
+def _extremes(space: SearchSpace, fixed: dict[str, Any], name: str, *, builtin: bool = True) -> tuple[str, list[Any]]:
+    """(where, the int values a param can take at its ends): its fixed value or its sampled
+    bounds; else the built-in objective's default (a plug-in has none: no values)."""
+    is_int = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
     for p in space.params:
         if p.name == name:
-            return f"params.{name}", [v for v in p.extremes() if isinstance(v, int)]
-    if name in fixed:
-        return f"fixed.{name}", [fixed[name]] if isinstance(fixed[name], int) else []
+            return f"params.{name}", [v for v in p.extremes() if is_int(v)]
+    if name in fixed or not builtin:
+        return f"fixed.{name}", [fixed[name]] if is_int(fixed.get(name)) else []
     from objectives import TEXTUAL_INVERSION_PARAMS
 
     return f"the default {name}", [TEXTUAL_INVERSION_PARAMS[name].default]
@@ -349,7 +351,7 @@ def check_curve_options(a: argparse.Namespace, space: SearchSpace, fixed: dict[s
                              "returns its final mapping (docs/objective.md)")
     if a.early_stop != "dominated":
         return rungs
-    where, steps = _extremes(space, fixed, "steps") if objective.builtin else _plugin_steps(space, fixed)
+    where, steps = _extremes(space, fixed, "steps", builtin=objective.builtin)
     if not steps:
         raise UsageError("--early-stop dominated: the rungs are fractions of a trial's `steps`; the space has no "
                          "int parameter `steps` (fixed or sampled)")
@@ -368,14 +370,6 @@ def check_curve_options(a: argparse.Namespace, space: SearchSpace, fixed: dict[s
     if err:
         raise UsageError(f"{space.source}: {where}: {err}")
     return rungs
-
-
-def _plugin_steps(space: SearchSpace, fixed: dict[str, Any]) -> tuple[str, list[Any]]:
-    for p in space.params:
-        if p.name == "steps":
-            return "params.steps", [v for v in p.extremes() if isinstance(v, int) and not isinstance(v, bool)]
-    value = fixed.get("steps")
-    return "fixed.steps", [value] if isinstance(value, int) and not isinstance(value, bool) else []
 
 
 def _load_space(ref: str) -> SearchSpace:

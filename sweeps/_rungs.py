@@ -172,9 +172,6 @@ class RungBoard:
                   f"at no more memory ({m:.4g} MB against {mem:.4g} MB)")
         return Decision(trial, rung, step, True, reason)
 
-    def summary(self) -> dict[str, Any]:
-        return {"judged": len(self.decisions), "stopped": len(self.stopped)}
-
 
 class BoardReporter:
     """What a trial's objective calls after each validation: the board's answer for this

@@ -12,6 +12,7 @@ from typing import Any
 
 from search_spaces import SearchSpace, parse_space
 
+from ._rungs import DEFAULT_RUNGS
 from ._study import OBJECTIVES
 
 # fields each invocation gives anew (`resume` has flags of its own for them); all others are stored
@@ -39,7 +40,7 @@ class RunConfig:
     score: str = "final"  # the study's val_loss: the trial's last validation, or its best step's
     early_stop: str = ""  # "dominated": stop trials the others beat at a rung (sweeps._rungs)
     profile: str = ""  # the space's profile (model family) the run took its ranges from
-    rungs: tuple[float, ...] = tuple(k / 9 for k in range(1, 7))  # fractions of a trial's steps (sweeps._rungs)
+    rungs: tuple[float, ...] = DEFAULT_RUNGS  # fractions of a trial's steps (sweeps._rungs)
     ray_address: str | None = field(default=None, metadata=PER_INVOCATION)
     cpus_per_trial: float | None = None  # None: the CPUs shared among the trials in flight
     gpus_per_trial: float | None = None
