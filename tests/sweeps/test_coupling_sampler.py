@@ -1,0 +1,73 @@
+"""`--sampler coupling` in-process: the design decides a moderate coupling at 30 trials, calls
+nothing else coupled, and stays inside a memory budget."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import optuna
+import pytest
+from synthetic import UNIT_SPACE, frame, moderate_study
+
+from reports import coupling_analysis
+from sweeps._attrs import MAX_MEM
+from sweeps._coupling_sampler import CouplingSampler
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+UNIT = {k: optuna.distributions.FloatDistribution(0.0, 1.0) for k in UNIT_SPACE}
+
+
+def _designed_study(seed: int, n: int, *, coupled: bool = True):
+    study = optuna.create_study(sampler=CouplingSampler(seed=seed))
+    for i in range(n):
+        t = study.ask(UNIT)
+        x = {k: np.array([t.params[k]]) for k in UNIT_SPACE}
+        study.tell(t, float(moderate_study(seed * 1000 + i, n=1, coupled=coupled, x=x)["val_loss"].iloc[0]))
+    df = study.trials_dataframe()
+    return frame({k: df[f"params_{k}"].to_numpy() for k in UNIT_SPACE}, df["value"].to_numpy())
+
+
+@pytest.mark.slow
+def test_the_coupling_design_decides_a_moderate_coupling_at_30_trials():
+    """The issue's objective (the pair's interaction 12% of the noise-free variance, spread 2.8x
+    the noise): random designs call it coupled in about 1 of 10 studies at 30 trials; the
+    coupling design in at least 8 of 10, and no other pair coupled in any."""
+    called, wrong = 0, []
+    for s in range(10):
+        for c in coupling_analysis(_designed_study(5000 + s, 30), UNIT_SPACE, seed=s):
+            planted = {c.param_a, c.param_b} == {"warm", "sigma"}
+            if planted:
+                called += c.verdict().startswith("coupled")
+                assert not c.verdict().startswith("no sign"), (s, c)
+            elif c.verdict().startswith("coupled"):
+                wrong.append((s, c.param_a, c.param_b))
+    assert called >= 8, called
+    assert not wrong, wrong
+
+
+def _memory_study(budget: float | None, seed: int = 0) -> list[float]:
+    """Two knobs; peak memory grows with x (100 MB at 0, 1,100 at 1); the loss interacts, so the
+    design wants the corners, x = 1 among them."""
+    study = optuna.create_study(directions=["minimize", "minimize"], sampler=CouplingSampler(seed=seed))
+    study.set_metric_names(["val_loss", "peak_mem_mb"])
+    if budget is not None:
+        study.set_user_attr(MAX_MEM, budget)
+    space = {"x": optuna.distributions.FloatDistribution(0.0, 1.0),
+             "y": optuna.distributions.FloatDistribution(0.0, 1.0)}
+    mems = []
+    for _ in range(22):
+        t = study.ask(space)
+        x, y = t.params["x"], t.params["y"]
+        mem = 100.0 + 1000.0 * x
+        study.tell(t, [(x - 0.5) * (y - 0.5) + 0.1 * y, mem])
+        mems.append(mem)
+    return mems[6:]  # after the space-filling start (2 x params + 2 trials)
+
+
+@pytest.mark.slow
+def test_with_a_memory_budget_the_design_proposes_configs_that_fit_it():
+    free, capped = _memory_study(None), _memory_study(600.0)
+    assert max(free) > 600.0  # without a budget the design goes to the corners, x = 1 among them
+    assert max(capped) <= 600.0, capped
