@@ -266,12 +266,13 @@ class BayesGP:
                 acc[c] = acc[c] + var * np.prod([kqx[g][idx[:, a]] for a, g in enumerate(c)], axis=0) @ alpha
         return {c: v / len(self.hypers) for c, v in acc.items()}
 
-    def interaction_variance(self, points: np.ndarray, pairs: list[tuple[int, int]], *,
+    def interaction_variance(self, points: np.ndarray, pairs: list[tuple[int, ...]], *,
                              extra: np.ndarray | None = None) -> np.ndarray:
-        """Per point, the posterior variance of the `pairs`' interaction components there, summed
-        and in units of the function's variance over the space (a share), averaged over the
-        hyperparameter draws; `extra`: configs to count as observed too (trials in flight: a
-        GP's posterior variance does not depend on their values)."""
+        """Per point, the posterior variance of the components `pairs` (pairs of knobs: their
+        interactions; single knobs (i,): their main effects) there, summed and in units of the
+        function's variance over the space (a share), averaged over the hyperparameter draws;
+        `extra`: configs to count as observed too (trials in flight: a GP's posterior variance
+        does not depend on their values)."""
         xs = self.x if extra is None or not len(extra) else np.vstack([self.x, extra])
         out = np.zeros(len(points))
         for h in self.hypers:
@@ -290,11 +291,12 @@ class BayesGP:
                 kp.append(self._centred(g, h.ls[g], _sqdist(points[:, c], xs[:, c]), pq, _sqdist(xs[:, c], self.grid[g])))
                 dp.append(self._centred_diag(g, h.ls[g], pq))
             total = float(h.main.sum() + h.pair.sum())
-            for i, j in pairs:
-                var = h.pair[self.pairs.index((i, j))]
-                cross = var * kp[i] * kp[j]
+            for comp in pairs:
+                var = h.main[comp[0]] if len(comp) == 1 else h.pair[self.pairs.index(tuple(comp))]
+                cross = var * np.prod([kp[g] for g in comp], axis=0)
                 v = np.linalg.solve(chol, cross.T)
-                out += np.maximum(var * dp[i] * dp[j] - (v * v).sum(0), 0.0) / total
+                prior = var * np.prod([dp[g] for g in comp], axis=0)
+                out += np.maximum(prior - (v * v).sum(0), 0.0) / total
         return out / max(len(self.hypers), 1)
 
     def _centred_diag(self, g: int, ls: float, pq: np.ndarray) -> np.ndarray:

@@ -70,6 +70,20 @@ def test_other_trials_are_read_off_their_curves_between_validations_and_replicat
     assert rung == 1 and "val_loss 0.45" in reason
 
 
+def test_a_trial_that_cannot_reach_what_a_finished_trial_ended_at_is_stopped():
+    """Level with the others at the rung, but a trial of no more memory that ran to its end
+    finished below where this one would end at best: the front has already beaten it."""
+    board = RungBoard(fractions=(1 / 3,), min_reached=1)
+    _feed(board, 0, 100.0, {0: 1.0, 10: 0.6, 20: 0.55, 30: 0.52, 90: 0.2})
+    # 0.52 at step 30 like trial 0 there, its gains 0.05 then 0.03: it would end near 0.48
+    reason, rung = _feed(board, 1, 100.0, {0: 1.0, 10: 0.6, 20: 0.55, 30: 0.52, 40: 0.51})
+    assert rung == 1 and "trial 0's final 0.2" in reason, reason
+    # gains that grow (0.2, then 0.25): its extrapolation goes below 0.2, so it is kept
+    assert _feed(board, 2, 100.0, {0: 1.0, 10: 0.9, 20: 0.7, 30: 0.45, 40: 0.3}) == ("", 0)
+    # less memory than the finished trial: nothing finished dominates it
+    assert _feed(board, 3, 50.0, {0: 1.0, 10: 0.6, 20: 0.55, 30: 0.52, 40: 0.51}) == ("", 0)
+
+
 def test_a_slow_starter_that_may_still_catch_up_is_kept_a_flat_one_is_stopped():
     """Dominated now is not enough: the trial is stopped only if even its curve's geometric
     extrapolation (its gains shrinking as they last did) ends above the dominating value."""
