@@ -267,12 +267,13 @@ class BayesGP:
         return {c: v / len(self.hypers) for c, v in acc.items()}
 
     def interaction_variance(self, points: np.ndarray, pairs: list[tuple[int, ...]], *,
-                             extra: np.ndarray | None = None) -> np.ndarray:
+                             extra: np.ndarray | None = None, weights: list[float] | None = None) -> np.ndarray:
         """Per point, the posterior variance of the components `pairs` (pairs of knobs: their
-        interactions; single knobs (i,): their main effects) there, summed and in units of the
-        function's variance over the space (a share), averaged over the hyperparameter draws;
-        `extra`: configs to count as observed too (trials in flight: a GP's posterior variance
-        does not depend on their values)."""
+        interactions; single knobs (i,): their main effects) there, summed (with `weights`) and in
+        units of the function's variance over the space (a share), averaged over the
+        hyperparameter draws; `extra`: configs to count as observed too (trials in flight: a GP's
+        posterior variance does not depend on their values)."""
+        weights = [1.0] * len(pairs) if weights is None else list(weights)
         xs = self.x if extra is None or not len(extra) else np.vstack([self.x, extra])
         out = np.zeros(len(points))
         for h in self.hypers:
@@ -291,12 +292,12 @@ class BayesGP:
                 kp.append(self._centred(g, h.ls[g], _sqdist(points[:, c], xs[:, c]), pq, _sqdist(xs[:, c], self.grid[g])))
                 dp.append(self._centred_diag(g, h.ls[g], pq))
             total = float(h.main.sum() + h.pair.sum())
-            for comp in pairs:
+            for comp, weight in zip(pairs, weights):
                 var = h.main[comp[0]] if len(comp) == 1 else h.pair[self.pairs.index(tuple(comp))]
                 cross = var * np.prod([kp[g] for g in comp], axis=0)
                 v = np.linalg.solve(chol, cross.T)
                 prior = var * np.prod([dp[g] for g in comp], axis=0)
-                out += np.maximum(prior - (v * v).sum(0), 0.0) / total
+                out += weight * np.maximum(prior - (v * v).sum(0), 0.0) / total
         return out / max(len(self.hypers), 1)
 
     def _centred_diag(self, g: int, ls: float, pq: np.ndarray) -> np.ndarray:

@@ -133,9 +133,9 @@ class CouplingSampler(BaseSampler):
             cand = self._candidates(space, names, groups, width)
             cand = self._within_budget(study, cand, space, groups, width, metrics)
             wanted = [p for p in gp.pairs if self._targeted(names[p[0]], names[p[1]])] or gp.pairs
-            score = gp.interaction_variance(cand, wanted, extra=known)
-            if MAIN_WEIGHT:
-                score = score + MAIN_WEIGHT * gp.interaction_variance(cand, [(g,) for g in range(len(names))], extra=known)
+            mains = [(g,) for g in range(len(names))]
+            score = gp.interaction_variance(cand, [*wanted, *mains], extra=known,
+                                            weights=[1.0] * len(wanted) + [MAIN_WEIGHT] * len(mains))
         return self._decode(cand[int(np.argmax(score))], space, names, groups)
 
     def _within_budget(self, study: Any, cand: np.ndarray, space: dict[str, Any], groups: list[list[int]],
