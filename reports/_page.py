@@ -74,9 +74,8 @@ def render_page(rep: Any, *, images: Mapping[str, Path], figure: Any, tracking_u
         gallery,
         "<h2>Coupling</h2><p class='muted'>Share of val_loss variance due to each pair's interaction "
         "(second-order functional ANOVA term of a fully Bayesian Gaussian-process surrogate of the usable trials that "
-        "converged, over the whole search space; categorical knobs one-hot; 90% posterior interval, the surrogate's "
-        "hyperparameters drawn too), strongest first. Coupled: the interval starts above 5% (a posterior probability "
-        "of at least 95% that the share is above 5%); no sign: it ends below. For a categorical knob "
+        "converged, over the whole search space; categorical knobs one-hot; 95% posterior interval, the surrogate's "
+        "hyperparameters drawn too), strongest first. Coupled: the interval starts above 5%; no sign: it ends below. For a categorical knob "
         "against a numeric one, the numeric knob's best value per level.</p>",
         f"<p class='left-out'>{esc(rep.fit_note)}</p>" if rep.fit_note else "",
         f"<ul>{couplings}</ul>",
