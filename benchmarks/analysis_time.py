@@ -1,7 +1,11 @@
 """How a report's time grows with the study: `reports.write_study_report` on studies of 60 to 3,000
 trials of a four-knob objective (two numeric pairs declared, one with a law), each part timed.
 
-    python benchmarks/analysis_time.py [--sizes 60,300,1000,3000]
+    python benchmarks/analysis_time.py [--sizes 60,300,1000,3000] [--sampler-sizes 30,100,500]
+
+`--sampler-sizes`: also the coupling sampler's own time per suggestion (`Study.ask` on a study of
+that many finished trials of the same four knobs; the median of 5 asks, the first of the process
+paying its imports apart). `--sizes ''` times the sampler alone.
 
 The surrogate conditions on at most reports._gp.MAX_FIT trials (a seeded random subset beyond),
 so the coupling and law analyses stop growing with the study; what still grows is linear or
@@ -47,10 +51,37 @@ def study_of(n: int, seed: int = 0):
     return study
 
 
+def sampler_time(sizes: list[int]) -> None:
+    import statistics
+    import warnings
+
+    import optuna
+
+    from sweeps._coupling_sampler import CouplingSampler
+
+    warnings.filterwarnings("ignore")
+    for n in sizes:
+        stored = study_of(n)
+        study = optuna.create_study(directions=["minimize", "minimize"], sampler=CouplingSampler(seed=0))
+        study.add_trials(stored.trials)
+        dists = stored.trials[0].distributions
+        times = []
+        for _ in range(6):
+            t = time.perf_counter()
+            trial = study.ask(dists)
+            times.append(time.perf_counter() - t)
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)  # leaves the design as it was
+        print(f"coupling sampler, {n} trials: {statistics.median(times[1:]):.2f} s per suggestion "
+              f"(median of {len(times) - 1}; max {max(times[1:]):.2f}; first ask {times[0]:.2f})", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="60,300,1000,3000")
+    ap.add_argument("--sampler-sizes", default="")
     a = ap.parse_args()
+    if a.sampler_sizes:
+        sampler_time([int(v) for v in a.sampler_sizes.split(",")])
     import reports._report as R
     from reports import write_study_report
 
@@ -69,7 +100,7 @@ def main() -> None:
         setattr(R, name, timer(name, getattr(R, name)))
     print(f"{'trials':>7} {'report s':>9} " + " ".join(f"{k:>20}" for k in ("coupling_analysis", "fit_power_law",
                                                                              "hypervolume_history", "pareto_frame")))
-    for n in (int(v) for v in a.sizes.split(",")):
+    for n in (int(v) for v in a.sizes.split(",") if v):
         study = study_of(n)
         timed.clear()
         t = time.perf_counter()
