@@ -450,20 +450,29 @@ def train(
         sep_err = torch.zeros(len(singles), len(single_combo), device=device)
         per_t: dict[str, float] = {}
         vids = val_caption_ids if val_caption_ids is not None else [v[combo] for v in val_ids]
+        with autocast:  # the held-out prompts once, not once per timestep (on SDXL the encoders
+            cond, added = condition(encoders, vids, resolution=resolution)  # cost about a UNet call)
+        # with one concept there is nothing to tell apart: its separation is 1 without a forward
+        separate = final and singles and len(single_combo) > 1
+        if separate:  # each concept's own prompt, for the held-out images of one concept
+            with autocast:
+                sep_cond = [condition(encoders, [v[sc].expand(len(singles), -1) for v in val_ids], resolution=resolution)
+                            for sc in single_combo]
         for tv in VAL_TIMESTEPS:
             noise = torch.randn(lat.shape, generator=vg).to(device, lat.dtype)
             t = torch.full((lat.shape[0],), tv, device=device, dtype=torch.long)
             noisy = sched.add_noise(lat, noise, t)
             with autocast:
-                per_t[f"val_loss/t{tv}"] = float(errors(predict(noisy, t, vids), noise).mean())
+                pred = unet(noisy, t, encoder_hidden_states=cond, added_cond_kwargs=added).sample
+                per_t[f"val_loss/t{tv}"] = float(errors(pred, noise).mean())
                 total += per_t[f"val_loss/t{tv}"]
-                if final and singles:
-                    for k, sc in enumerate(single_combo):
-                        ids_k = [v[sc].expand(len(singles), -1) for v in val_ids]
-                        sep_err[:, k] += errors(predict(noisy[singles], t[singles], ids_k), noise[singles])
+                if separate:
+                    for k, (c_k, a_k) in enumerate(sep_cond):
+                        pred_k = unet(noisy[singles], t[singles], encoder_hidden_states=c_k, added_cond_kwargs=a_k).sample
+                        sep_err[:, k] += errors(pred_k, noise[singles])
         out = {"val_loss": total / len(VAL_TIMESTEPS), **per_t}
         if final and singles:
-            hits = int((sep_err.argmin(dim=1).cpu() == torch.tensor(own)).sum())
+            hits = int((sep_err.argmin(dim=1).cpu() == torch.tensor(own)).sum()) if separate else len(singles)
             n_single = len(singles)
             out["concept_separation"] = hits / n_single
         return out
