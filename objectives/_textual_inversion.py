@@ -432,9 +432,12 @@ def train(
         else torch.autocast(device.type, dtype=DTYPES[cfg["precision"]])
     )
 
+    def denoise(noisy: torch.Tensor, t: torch.Tensor, cond: tuple[torch.Tensor, Any]) -> torch.Tensor:
+        """The UNet's noise prediction under an encoded prompt (condition()'s answer)."""
+        return unet(noisy, t, encoder_hidden_states=cond[0], added_cond_kwargs=cond[1]).sample
+
     def predict(noisy: torch.Tensor, t: torch.Tensor, ids: list[torch.Tensor]) -> torch.Tensor:
-        cond, added = condition(encoders, ids, resolution=resolution)
-        return unet(noisy, t, encoder_hidden_states=cond, added_cond_kwargs=added).sample
+        return denoise(noisy, t, condition(encoders, ids, resolution=resolution))
 
     def errors(pred: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
         return ((pred.float() - noise.float()) ** 2).mean(dim=(1, 2, 3))
@@ -451,7 +454,7 @@ def train(
         per_t: dict[str, float] = {}
         vids = val_caption_ids if val_caption_ids is not None else [v[combo] for v in val_ids]
         with autocast:  # the held-out prompts once, not once per timestep (on SDXL the encoders
-            cond, added = condition(encoders, vids, resolution=resolution)  # cost about a UNet call)
+            cond = condition(encoders, vids, resolution=resolution)  # cost about a UNet call)
         # with one concept there is nothing to tell apart: its separation is 1 without a forward
         separate = final and singles and len(single_combo) > 1
         if separate:  # each concept's own prompt, for the held-out images of one concept
@@ -463,13 +466,11 @@ def train(
             t = torch.full((lat.shape[0],), tv, device=device, dtype=torch.long)
             noisy = sched.add_noise(lat, noise, t)
             with autocast:
-                pred = unet(noisy, t, encoder_hidden_states=cond, added_cond_kwargs=added).sample
-                per_t[f"val_loss/t{tv}"] = float(errors(pred, noise).mean())
+                per_t[f"val_loss/t{tv}"] = float(errors(denoise(noisy, t, cond), noise).mean())
                 total += per_t[f"val_loss/t{tv}"]
                 if separate:
-                    for k, (c_k, a_k) in enumerate(sep_cond):
-                        pred_k = unet(noisy[singles], t[singles], encoder_hidden_states=c_k, added_cond_kwargs=a_k).sample
-                        sep_err[:, k] += errors(pred_k, noise[singles])
+                    for k, cond_k in enumerate(sep_cond):
+                        sep_err[:, k] += errors(denoise(noisy[singles], t[singles], cond_k), noise[singles])
         out = {"val_loss": total / len(VAL_TIMESTEPS), **per_t}
         if final and singles:
             hits = int((sep_err.argmin(dim=1).cpu() == torch.tensor(own)).sum()) if separate else len(singles)

@@ -9,7 +9,7 @@ and had a val_loss lower by more than the margin there, and lower than where the
 would end if its gains went on shrinking as they last did (`optimistic`); or when a trial that
 ran to its end at no more memory finished below that optimistic end (the front has already
 beaten it: on the benchmark's curves this second test cut the steps from 0.54 to 0.45 of a full
-study's at the same hypervolume). The second condition
+study's at the same hypervolume). The extrapolation
 keeps a slow starter: loss curves cross (a high lr leads early and overfits late), and stopping
 on the first condition alone, as ranking at a rung does (MO-ASHA), lost 8% of the front's
 hypervolume on the benchmark's curves, beyond the seed noise (benchmarks/early_stop.py). A rung needs a few trials
@@ -181,7 +181,6 @@ class RungBoard:
         reason = (f"dominated at rung {rung} (step {step}): val_loss {mine:.4g} against trial {u}'s {what} "
                   f"at no more memory ({m:.4g} MB against {mem:.4g} MB)")
         return Decision(trial, rung, step, True, reason)
-
 
     def _finals(self, trial: int) -> list[tuple[int, float, float]]:
         """(trial, final val_loss, memory) of the other trials that ran to their end."""

@@ -19,12 +19,12 @@ warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning
 UNIT = {k: optuna.distributions.FloatDistribution(0.0, 1.0) for k in UNIT_SPACE}
 
 
-def _designed_study(seed: int, n: int, *, coupled: bool = True):
+def _designed_study(seed: int, n: int):
     study = optuna.create_study(sampler=CouplingSampler(seed=seed))
     for i in range(n):
         t = study.ask(UNIT)
         x = {k: np.array([t.params[k]]) for k in UNIT_SPACE}
-        study.tell(t, float(moderate_study(seed * 1000 + i, n=1, coupled=coupled, x=x)["val_loss"].iloc[0]))
+        study.tell(t, float(moderate_study(seed * 1000 + i, n=1, x=x)["val_loss"].iloc[0]))
     df = study.trials_dataframe()
     return frame({k: df[f"params_{k}"].to_numpy() for k in UNIT_SPACE}, df["value"].to_numpy())
 
