@@ -1,0 +1,84 @@
+"""Where a coupling study's training runs do most for its verdict: more seeds per config, or
+more configs? The coupling design (`--sampler coupling`) on the moderate planting of
+tests/synthetic.py (the pair's interaction 12% of the noise-free variance, the configs' spread
+2.8x one seed's noise), in-process (Optuna's ask/tell, one trial at a time, the report's
+analysis at the end), at equal numbers of training runs: N configs x K seeds (each trial's value
+the mean of K seeds, its replicate standard error the surrogate's known noise, as `--seeds K`
+gives it) against N x K configs of one seed.
+
+    python benchmarks/seed_budget.py                      # the table in benchmarks/RESULTS.md
+    python benchmarks/seed_budget.py --arms 30x1,30x2,60x1 --studies 20 --first-seed 7000
+
+Prints per arm: the planted pair called coupled / "no sign" over the studies, and other pairs
+called coupled (wrong) over all of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+
+def study(seed: int, n: int, k: int):
+    import numpy as np
+    import optuna
+    import pandas as pd
+    from synthetic import UNIT_SPACE, moderate_study
+
+    from sweeps._attrs import VAL_LOSS_SEM
+    from sweeps._coupling_sampler import CouplingSampler
+
+    space = {name: optuna.distributions.FloatDistribution(0.0, 1.0) for name in UNIT_SPACE}
+    st = optuna.create_study(sampler=CouplingSampler(seed=seed))
+    rows = []
+    for i in range(n):
+        t = st.ask(space)
+        row = moderate_study(seed * 1000 + i, n=1, x={p: np.array([t.params[p]]) for p in UNIT_SPACE}, n_seeds=k)
+        if k > 1:
+            t.set_user_attr(VAL_LOSS_SEM, float(row["val_loss_sem"].iloc[0]))
+        st.tell(t, float(row["val_loss"].iloc[0]))
+        rows.append(row)
+    out = pd.concat(rows, ignore_index=True)
+    out["trial"] = range(len(out))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--arms", default="30x1,30x2,60x1", help="NxK: N configs of K seeds each")
+    ap.add_argument("--studies", type=int, default=20)
+    ap.add_argument("--first-seed", type=int, default=7000)
+    a = ap.parse_args()
+
+    import optuna
+    from synthetic import UNIT_SPACE
+
+    from reports import coupling_analysis
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore")
+    print(f"{'arm':>6} {'runs':>5} {'coupled':>8} {'no sign':>8} {'wrong':>6} {'seconds':>8}")
+    for arm in a.arms.split(","):
+        n, k = (int(v) for v in arm.split("x"))
+        called = nosign = wrong = 0
+        t0 = time.perf_counter()
+        for s in range(a.studies):
+            for c in coupling_analysis(study(a.first_seed + s, n, k), UNIT_SPACE, seed=s):
+                verdict = c.verdict()
+                if {c.param_a, c.param_b} == {"warm", "sigma"}:
+                    called += verdict.startswith("coupled")
+                    nosign += verdict.startswith("no sign")
+                else:
+                    wrong += verdict.startswith("coupled")
+        print(f"{arm:>6} {n * k:>5} {called:>5}/{a.studies} {nosign:>8} {wrong:>6} "
+              f"{time.perf_counter() - t0:>8.0f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
