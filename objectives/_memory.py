@@ -54,7 +54,11 @@ class MemoryMeter:
             if ptr not in self._param_ptrs and ptr not in self._step_ids:
                 self._step_ids.add(ptr)
                 self._step_bytes += storage.nbytes()
-            return t
+            # detached: a saved graph output kept with its grad_fn would form a cycle through
+            # autograd's C++ side that no gc can break, so the forward of a branch the loss does
+            # not use (SDXL's unused last encoder layer) would keep its graph, this meter and the
+            # model alive; autograd re-attaches the grad_fn when it unpacks (lossless)
+            return t.detach()
 
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             yield
