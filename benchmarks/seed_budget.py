@@ -25,30 +25,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 
-def study(seed: int, n: int, k: int):
-    import numpy as np
-    import optuna
-    import pandas as pd
-    from synthetic import UNIT_SPACE, moderate_study
-
-    from sweeps._attrs import VAL_LOSS_SEM
-    from sweeps._coupling_sampler import CouplingSampler
-
-    space = {name: optuna.distributions.FloatDistribution(0.0, 1.0) for name in UNIT_SPACE}
-    st = optuna.create_study(sampler=CouplingSampler(seed=seed))
-    rows = []
-    for i in range(n):
-        t = st.ask(space)
-        row = moderate_study(seed * 1000 + i, n=1, x={p: np.array([t.params[p]]) for p in UNIT_SPACE}, n_seeds=k)
-        if k > 1:
-            t.set_user_attr(VAL_LOSS_SEM, float(row["val_loss_sem"].iloc[0]))
-        st.tell(t, float(row["val_loss"].iloc[0]))
-        rows.append(row)
-    out = pd.concat(rows, ignore_index=True)
-    out["trial"] = range(len(out))
-    return out
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--arms", default="30x1,30x2,60x1", help="NxK: N configs of K seeds each")
@@ -57,7 +33,7 @@ def main() -> None:
     a = ap.parse_args()
 
     import optuna
-    from synthetic import UNIT_SPACE
+    from synthetic import UNIT_SPACE, designed_moderate_study
 
     from reports import coupling_analysis
 
@@ -69,7 +45,7 @@ def main() -> None:
         called = nosign = wrong = 0
         t0 = time.perf_counter()
         for s in range(a.studies):
-            for c in coupling_analysis(study(a.first_seed + s, n, k), UNIT_SPACE, seed=s):
+            for c in coupling_analysis(designed_moderate_study(a.first_seed + s, n, n_seeds=k), UNIT_SPACE, seed=s):
                 verdict = c.verdict()
                 if {c.param_a, c.param_b} == {"warm", "sigma"}:
                     called += verdict.startswith("coupled")

@@ -111,6 +111,32 @@ def true_share(share: float = 0.12) -> float:
     return share
 
 
+def designed_moderate_study(seed: int, n: int, *, n_seeds: int = 1) -> pd.DataFrame:
+    """The moderate planting on configs the coupling design (`--sampler coupling`) picks, in
+    Optuna's ask/tell loop, one trial at a time; with `n_seeds` > 1 each trial's value is the
+    mean of its seeds and its replicate standard error is the trial's known noise, as `--seeds K`
+    gives it."""
+    import optuna
+
+    from sweeps._attrs import VAL_LOSS_SEM
+    from sweeps._coupling_sampler import CouplingSampler
+
+    space = {name: optuna.distributions.FloatDistribution(0.0, 1.0) for name in UNIT_SPACE}
+    study = optuna.create_study(sampler=CouplingSampler(seed=seed))
+    rows = []
+    for i in range(n):
+        t = study.ask(space)
+        row = moderate_study(seed * 1000 + i, n=1, x={p: np.array([t.params[p]]) for p in UNIT_SPACE},
+                             n_seeds=n_seeds)
+        if n_seeds > 1:
+            t.set_user_attr(VAL_LOSS_SEM, float(row["val_loss_sem"].iloc[0]))
+        study.tell(t, float(row["val_loss"].iloc[0]))
+        rows.append(row)
+    out = pd.concat(rows, ignore_index=True)
+    out["trial"] = range(len(out))
+    return out
+
+
 # A plug-in objective with a curve (`csweep run --early-stop dominated`, `--score best`): written
 # into a test's or a benchmark's project as `curves.py`. Known truth: loss falls towards a floor
 # set by lr and rank at a rate set by lr, and a high lr overfits (the curve turns up after its

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import warnings
 
-import numpy as np
 import optuna
 import pytest
-from synthetic import UNIT_SPACE, frame, moderate_study
+from synthetic import UNIT_SPACE, designed_moderate_study
 
 from reports import coupling_analysis
 from sweeps._attrs import MAX_MEM
@@ -16,17 +15,6 @@ from sweeps._coupling_sampler import CouplingSampler
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-UNIT = {k: optuna.distributions.FloatDistribution(0.0, 1.0) for k in UNIT_SPACE}
-
-
-def _designed_study(seed: int, n: int):
-    study = optuna.create_study(sampler=CouplingSampler(seed=seed))
-    for i in range(n):
-        t = study.ask(UNIT)
-        x = {k: np.array([t.params[k]]) for k in UNIT_SPACE}
-        study.tell(t, float(moderate_study(seed * 1000 + i, n=1, x=x)["val_loss"].iloc[0]))
-    df = study.trials_dataframe()
-    return frame({k: df[f"params_{k}"].to_numpy() for k in UNIT_SPACE}, df["value"].to_numpy())
 
 
 @pytest.mark.slow
@@ -37,7 +25,7 @@ def test_the_coupling_design_decides_a_moderate_coupling_at_30_trials():
     "no sign", and no other pair coupled in any."""
     called, wrong = 0, []
     for s in range(10):
-        for c in coupling_analysis(_designed_study(5000 + s, 30), UNIT_SPACE, seed=s):
+        for c in coupling_analysis(designed_moderate_study(5000 + s, 30), UNIT_SPACE, seed=s):
             planted = {c.param_a, c.param_b} == {"warm", "sigma"}
             if planted:
                 called += c.verdict().startswith("coupled")
