@@ -266,38 +266,49 @@ class BayesGP:
                 acc[c] = acc[c] + var * np.prod([kqx[g][idx[:, a]] for a, g in enumerate(c)], axis=0) @ alpha
         return {c: v / len(self.hypers) for c, v in acc.items()}
 
-    def interaction_variance(self, points: np.ndarray, pairs: list[tuple[int, ...]], *,
-                             extra: np.ndarray | None = None, weights: list[float] | None = None) -> np.ndarray:
-        """Per point, the posterior variance of the components `pairs` (pairs of knobs: their
-        interactions; single knobs (i,): their main effects) there, summed (with `weights`) and in
-        units of the function's variance over the space (a share), averaged over the
-        hyperparameter draws; `extra`: configs to count as observed too (trials in flight: a GP's
-        posterior variance does not depend on their values)."""
-        weights = [1.0] * len(pairs) if weights is None else list(weights)
+    def variance_reduction(self, points: np.ndarray, comps: list[tuple[int, ...]], *,
+                           extra: np.ndarray | None = None) -> np.ndarray:
+        """Per candidate point, how much observing it would shrink the posterior variance of the
+        components `comps` (pairs of knobs: their interactions; (i,): a main effect), integrated
+        over each component's grid, summed, in units of the function's variance over the space
+        (a share), averaged over the hyperparameter draws: for a grid point g of component c,
+        cov(f_c(g), y(p))^2 / var(y(p)), the exact one-point reduction (an integrated-variance
+        design, Sacks et al. 1989), with y(p) the noisy value there. `extra`: configs to count
+        as observed too (trials in flight: a GP's posterior variance does not depend on their
+        values)."""
         xs = self.x if extra is None or not len(extra) else np.vstack([self.x, extra])
+        knobs = range(len(self.groups))
         out = np.zeros(len(points))
         for h in self.hypers:
-            kx = [self._centred(g, h.ls[g], _sqdist(xs[:, c], xs[:, c]), _sqdist(xs[:, c], self.grid[g]),
-                                _sqdist(xs[:, c], self.grid[g])) for g, c in enumerate(self.groups)]
+            kx, kp, dp, kgp, kgx = [], [], [], [], []
+            for g, c in enumerate(self.groups):
+                xq, pq = _sqdist(xs[:, c], self.grid[g]), _sqdist(points[:, c], self.grid[g])
+                kx.append(self._centred(g, h.ls[g], _sqdist(xs[:, c], xs[:, c]), xq, xq))
+                kp.append(self._centred(g, h.ls[g], _sqdist(points[:, c], xs[:, c]), pq, xq))
+                dp.append(self._centred_diag(g, h.ls[g], pq))
+                kgp.append(self._centred(g, h.ls[g], pq.T, self._dqq[g], pq))
+                kgx.append(self._centred(g, h.ls[g], xq.T, self._dqq[g], xq))
             kxx = self._noise(self._combine(kx, h), h)
             extra_noise = h.noise + self.known.mean() + (h.cluster if self.cluster is not None else 0.0)
             kxx[np.arange(len(self.x), len(xs)), np.arange(len(self.x), len(xs))] += extra_noise + JITTER
+            # the whole function between the candidates and the observed configs, and its variance
+            kf = h.const + sum(h.main[g] * kp[g] for g in knobs)
+            vf = h.const + sum(h.main[g] * dp[g] for g in knobs)
+            for p, (i, j) in enumerate(self.pairs):
+                kf, vf = kf + h.pair[p] * kp[i] * kp[j], vf + h.pair[p] * dp[i] * dp[j]
             try:
-                chol = np.linalg.cholesky(kxx)
+                a = np.linalg.solve(kxx, kf.T)
             except np.linalg.LinAlgError:
                 continue
-            kp, dp = [], []
-            for g, c in enumerate(self.groups):
-                pq = _sqdist(points[:, c], self.grid[g])
-                kp.append(self._centred(g, h.ls[g], _sqdist(points[:, c], xs[:, c]), pq, _sqdist(xs[:, c], self.grid[g])))
-                dp.append(self._centred_diag(g, h.ls[g], pq))
+            vy = np.maximum(vf - (kf * a.T).sum(1), 0.0) + extra_noise + JITTER
             total = float(h.main.sum() + h.pair.sum())
-            for comp, weight in zip(pairs, weights):
+            for comp in comps:
                 var = h.main[comp[0]] if len(comp) == 1 else h.pair[self.pairs.index(tuple(comp))]
-                cross = var * np.prod([kp[g] for g in comp], axis=0)
-                v = np.linalg.solve(chol, cross.T)
-                prior = var * np.prod([dp[g] for g in comp], axis=0)
-                out += weight * np.maximum(prior - (v * v).sum(0), 0.0) / total
+                idx = self.component_grid(tuple(comp))
+                prior = var * np.prod([kgp[g][idx[:, q]] for q, g in enumerate(comp)], axis=0)
+                cross = var * np.prod([kgx[g][idx[:, q]] for q, g in enumerate(comp)], axis=0)
+                cov = prior - cross @ a  # (grid points, candidates): the posterior covariance
+                out += (cov * cov).mean(0) / vy / total
         return out / max(len(self.hypers), 1)
 
     def _centred_diag(self, g: int, ls: float, pq: np.ndarray) -> np.ndarray:

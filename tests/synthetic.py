@@ -4,6 +4,7 @@ laws, null (additive) objectives, seed noise."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -111,11 +112,11 @@ def true_share(share: float = 0.12) -> float:
     return share
 
 
-def designed_moderate_study(seed: int, n: int, *, n_seeds: int = 1) -> pd.DataFrame:
-    """The moderate planting on configs the coupling design (`--sampler coupling`) picks, in
-    Optuna's ask/tell loop, one trial at a time; with `n_seeds` > 1 each trial's value is the
-    mean of its seeds and its replicate standard error is the trial's known noise, as `--seeds K`
-    gives it."""
+def designed_moderate_study(seed: int, n: int, *, n_seeds: int = 1, **planting: Any) -> pd.DataFrame:
+    """The moderate planting (`planting`: moderate_study's `coupled`, `share`, `snr`) on configs
+    the coupling design (`--sampler coupling`) picks, in Optuna's ask/tell loop, one trial at a
+    time; with `n_seeds` > 1 each trial's value is the mean of its seeds and its replicate
+    standard error is the trial's known noise, as `--seeds K` gives it."""
     import optuna
 
     from sweeps._attrs import VAL_LOSS_SEM
@@ -127,7 +128,7 @@ def designed_moderate_study(seed: int, n: int, *, n_seeds: int = 1) -> pd.DataFr
     for i in range(n):
         t = study.ask(space)
         row = moderate_study(seed * 1000 + i, n=1, x={p: np.array([t.params[p]]) for p in UNIT_SPACE},
-                             n_seeds=n_seeds)
+                             n_seeds=n_seeds, **planting)
         if n_seeds > 1:
             t.set_user_attr(VAL_LOSS_SEM, float(row["val_loss_sem"].iloc[0]))
         study.tell(t, float(row["val_loss"].iloc[0]))
@@ -145,6 +146,7 @@ def designed_moderate_study(seed: int, n: int, *, n_seeds: int = 1) -> pd.DataFr
 CURVE_PLUGIN = '''
 import hashlib
 import math
+from typing import Any
 import time
 
 
