@@ -1,10 +1,11 @@
 """--until-decisive's sequential looks against known truth: seeded studies of the moderate planting
-and of the same objective without the interaction (tests/synthetic.py), random designs, a look
+and of the same objective without the interaction (tests/synthetic.py), random designs (or,
+with `--sampler coupling`, the configs the coupling design picks), a look
 after every trial from the first that --until-decisive takes (10 trials for four knobs) to the
 budget, at the 99% level as csweep looks; at the stop (or the budget), the report's 95% verdicts
 are scored against the truth.
 
-    python benchmarks/until_decisive.py [--studies 10] [--budget 30]
+    python benchmarks/until_decisive.py [--studies 10] [--budget 30] [--sampler random|coupling]
 
 In-process (reports.coupling_analysis on the trials so far), not through `csweep run`: the same
 analysis `decision_looks` runs after each trial, without a sweep's fixed cost per look.
@@ -25,11 +26,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--studies", type=int, default=10)
     ap.add_argument("--budget", type=int, default=30)
+    ap.add_argument("--sampler", choices=("random", "coupling"), default="random",
+                    help="coupling: the design's first N trials are those a study stopped at N had")
     a = ap.parse_args()
     import warnings
 
     warnings.filterwarnings("ignore")
-    from synthetic import UNIT_SPACE, moderate_study
+    from synthetic import UNIT_SPACE, designed_moderate_study, moderate_study
 
     from reports import coupling_analysis
 
@@ -37,7 +40,8 @@ def main() -> None:
     for coupled in (True, False):
         stops, wrong, stopped_wrong = [], 0, 0
         for s in range(a.studies):
-            full = moderate_study(s, n=a.budget, coupled=coupled)
+            full = (designed_moderate_study(s, a.budget, coupled=coupled) if a.sampler == "coupling"
+                    else moderate_study(s, n=a.budget, coupled=coupled))
             stop = a.budget
             for n in range(10, a.budget + 1):
                 look = coupling_analysis(full.iloc[:n], UNIT_SPACE, seed=s, level=0.99, n_boot=16)

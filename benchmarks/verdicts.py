@@ -63,6 +63,7 @@ KNOBS = {k: "{type: float, low: 0.0, high: 1.0}" for k in ("warm", "sigma", "lr"
 OBJECTIVES = {  # name: (kind, snr, planted pair)
     "moderate": ("moderate", 2.8, ("warm", "sigma")),
     "moderate-noisy": ("moderate", 1.4, ("warm", "sigma")),
+    "moderate-quiet": ("moderate", 7.0, ("warm", "sigma")),  # 40% of moderate's noise
     "strong": ("strong", 2.8, ("warm", "sigma")),
     "null": ("none", 2.8, None),
     "catnum": ("catnum", 2.8, ("freeze", "lr")),
