@@ -278,13 +278,16 @@ class BayesGP:
         values)."""
         xs = self.x if extra is None or not len(extra) else np.vstack([self.x, extra])
         knobs = range(len(self.groups))
+        # per knob, the distances (the same for every hyperparameter draw): configs to configs,
+        # candidates to configs, configs to the grid, candidates to the grid
+        dist = [(_sqdist(xs[:, c], xs[:, c]), _sqdist(points[:, c], xs[:, c]), _sqdist(xs[:, c], self.grid[g]),
+                 _sqdist(points[:, c], self.grid[g])) for g, c in enumerate(self.groups)]
         out = np.zeros(len(points))
         for h in self.hypers:
             kx, kp, dp, kgp, kgx = [], [], [], [], []
-            for g, c in enumerate(self.groups):
-                xq, pq = _sqdist(xs[:, c], self.grid[g]), _sqdist(points[:, c], self.grid[g])
-                kx.append(self._centred(g, h.ls[g], _sqdist(xs[:, c], xs[:, c]), xq, xq))
-                kp.append(self._centred(g, h.ls[g], _sqdist(points[:, c], xs[:, c]), pq, xq))
+            for g, (xx, px, xq, pq) in enumerate(dist):
+                kx.append(self._centred(g, h.ls[g], xx, xq, xq))
+                kp.append(self._centred(g, h.ls[g], px, pq, xq))
                 dp.append(self._centred_diag(g, h.ls[g], pq))
                 kgp.append(self._centred(g, h.ls[g], pq.T, self._dqq[g], pq))
                 kgx.append(self._centred(g, h.ls[g], xq.T, self._dqq[g], xq))

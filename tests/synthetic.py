@@ -146,7 +146,6 @@ def designed_moderate_study(seed: int, n: int, *, n_seeds: int = 1, **planting: 
 CURVE_PLUGIN = '''
 import hashlib
 import math
-from typing import Any
 import time
 
 
