@@ -279,6 +279,16 @@ def _unscale(v: np.ndarray, dist: Mapping[str, Any]) -> np.ndarray:
     return lo + v * (hi - lo)
 
 
+def _taken(v: float, dist: Mapping[str, Any]) -> float:
+    """A value inside a knob's range as the nearest value the knob can take (its step grid: an int
+    knob's whole numbers), for what the report tells a user to set."""
+    step = dist.get("step")
+    if not step:
+        return float(v)
+    lo, hi = float(dist["low"]), float(dist["high"])
+    return float(min(max(lo + round((float(v) - lo) / float(step)) * float(step), lo), hi))
+
+
 def more_trials_to_decide(median: float, low: float, high: float, n: int) -> int | None:
     """About how many more trials would put the 95% interval on one side of the coupled line,
     if the interval's width on the log scale (shares are skewed) shrinks as 1/sqrt(trials) around
@@ -413,13 +423,14 @@ def coupling_analysis(
             rows = []
             for i_level, name in enumerate(categorical[cat]):
                 best = _quad_value(np.percentile(pos[:, i_level], [50, 2.5, 97.5]))
-                rows.append((str(name), *(float(_unscale(np.array(v), params[num])) for v in best)))
+                rows.append((str(name), *(_taken(float(_unscale(np.array(v), params[num])), params[num])
+                                          for v in best)))
             by_level = tuple(rows)
         elif a in params and b in params:
             surf = surface({c: v[None, :] for c, v in mean.items()})[0]
             pos, _ = _refined_argmin(surf[[0, -1]], 1.0)
-            path = tuple((float(_unscale(np.array(_quad_value(np.array(i))), params[a])),
-                          float(_unscale(np.array(_quad_value(p)), params[b])))
+            path = tuple((_taken(float(_unscale(np.array(_quad_value(np.array(i))), params[a])), params[a]),
+                          _taken(float(_unscale(np.array(_quad_value(p)), params[b])), params[b]))
                          for i, p in zip((0, surf.shape[0] - 1), pos))
         more = None if (lo > COUPLED_ABOVE or hi < COUPLED_ABOVE) else more_trials_to_decide(med, lo, hi, n)
         out.append(Coupling(a_name, b_name, med, lo, hi, n, kind, by_level, more, path))

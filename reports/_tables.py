@@ -40,14 +40,15 @@ def categorical_params(study: Any) -> dict[str, list[Any]]:
 
 
 def numeric_params(study: Any) -> dict[str, dict[str, Any]]:
-    """Numeric sampled params -> {low, high, log}, from the trials' own distributions."""
+    """Numeric sampled params -> {low, high, log, step}, from the trials' own distributions
+    (`step`: the grid the knob's values lie on, 1 for an int knob; None for a continuous one)."""
     from optuna.distributions import FloatDistribution, IntDistribution
 
     out: dict[str, dict[str, Any]] = {}
     for t in study.trials:
         for name, d in t.distributions.items():
             if isinstance(d, (FloatDistribution, IntDistribution)) and name not in out:
-                out[name] = {"low": d.low, "high": d.high, "log": d.log}
+                out[name] = {"low": d.low, "high": d.high, "log": d.log, "step": d.step}
     return out
 
 

@@ -13,6 +13,7 @@ from synthetic import (
     UNIT_SPACE,
     categorical_study,
     coupling_study,
+    frame,
     moderate_study,
     power_law_study,
     with_unsettled_runs,
@@ -272,3 +273,33 @@ def test_curves_as_observations_do_not_invent_a_coupling_of_steps():
     fits = [_steps_fit(s, n=20, alpha=0.0, curves=True) for s in STUDIES]
     assert sum(c.verdict().startswith("coupled") for _, c in fits) <= 1, [c.verdict() for _, c in fits]
     assert sum(law.stated for law, _ in fits) <= 1
+
+
+def test_the_advice_names_values_the_knobs_can_take():
+    """The demo's advice read "lora_rank=0.333 ... 7.67" (the surrogate's grid points): an int
+    knob's values are whole numbers inside its range, a stepped knob's lie on its step."""
+    import optuna
+
+    from reports._tables import numeric_params
+
+    def objective(t):
+        rank = t.suggest_int("lora_rank", 0, 8)
+        warm = t.suggest_int("warmup_steps", 0, 100, step=10)
+        lr = t.suggest_float("lr", 1e-4, 1e-1, log=True)
+        best = -3.5 + 0.25 * rank  # the best log10(lr) moves with the rank
+        return (math.log10(lr) - best) ** 2 + 1e-4 * warm
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+    study.optimize(objective, n_trials=60)
+    ok = frame({k: np.array([t.params[k] for t in study.trials]) for k in ("lora_rank", "warmup_steps", "lr")},
+               np.array([t.value for t in study.trials]))
+    out = {frozenset((c.param_a, c.param_b)): c for c in coupling_analysis(ok, numeric_params(study), seed=0)}
+    pair = out[frozenset(("lora_rank", "lr"))]
+    assert pair.ci_low > 0.05, pair.sentence()
+    assert [dict(zip((pair.param_a, pair.param_b), p))["lora_rank"] for p in pair.best_path] == [0, 8], pair.best_path
+    assert pair.advice().endswith(" at lora_rank=8."), pair.advice()
+    stepped = out[frozenset(("lora_rank", "warmup_steps"))]
+    for p in stepped.best_path:
+        by = dict(zip((stepped.param_a, stepped.param_b), p))
+        assert by["warmup_steps"] % 10 == 0 and by["lora_rank"] % 1 == 0, stepped.best_path
