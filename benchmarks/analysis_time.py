@@ -5,7 +5,11 @@ trials of a four-knob objective (two numeric pairs declared, one with a law), ea
 
 `--sampler-sizes`: also the coupling sampler's own time per suggestion (`Study.ask` on a study of
 that many finished trials of the same four knobs; the median of 5 asks, the first of the process
-paying its imports apart). `--sizes ''` times the sampler alone.
+paying its imports apart). `--sizes ''` times the sampler alone. `--kernels 20,30,60`: the coupling
+analysis of the moderate synthetic planting (tests/synthetic.py) with the likelihood's kernels
+computed per knob (`BayesGP._centred`, one knob at a time) and stacked per grid (what the
+surrogate does), alternately on the same studies: seconds per analysis, their ratio, and whether
+the verdicts' figures are the same to the bit.
 
 The surrogate conditions on at most reports._gp.MAX_FIT trials (a seeded random subset beyond),
 so the coupling and law analyses stop growing with the study; what still grows is linear or
@@ -75,11 +79,48 @@ def sampler_time(sizes: list[int]) -> None:
               f"(median of {len(times) - 1}; max {max(times[1:]):.2f}; first ask {times[0]:.2f})", flush=True)
 
 
+def kernel_time(sizes: list[int], rounds: int = 3) -> None:
+    import statistics
+    import warnings
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from synthetic import UNIT_SPACE, moderate_study
+
+    from reports import coupling_analysis
+    from reports._gp import BayesGP
+
+    warnings.filterwarnings("ignore")
+    stacked = BayesGP._per_knob_xx
+
+    def per_knob(self, h):
+        return [self._centred(g, h.ls[g], self._dxx[g], self._dxq[g], self._dxq[g]) for g in range(len(self.groups))]
+
+    for n in sizes:
+        times: dict[str, list[float]] = {"per knob": [], "stacked": []}
+        same = True
+        for r in range(rounds):
+            figures = []
+            for name, fn in (("per knob", per_knob), ("stacked", stacked)):
+                BayesGP._per_knob_xx = fn
+                t = time.perf_counter()
+                out = coupling_analysis(moderate_study(r, n=n), UNIT_SPACE, seed=0)
+                times[name].append(time.perf_counter() - t)
+                figures.append([(c.param_a, c.param_b, c.strength, c.ci_low, c.ci_high) for c in out])
+            same = same and figures[0] == figures[1]
+        BayesGP._per_knob_xx = stacked
+        a, b = (statistics.median(times[k]) for k in ("per knob", "stacked"))
+        print(f"coupling analysis, {n} trials: per knob {a:.2f} s, stacked {b:.2f} s, ratio {b / a:.2f} "
+              f"(median of {rounds}); figures identical: {same}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="60,300,1000,3000")
     ap.add_argument("--sampler-sizes", default="")
+    ap.add_argument("--kernels", default="")
     a = ap.parse_args()
+    if a.kernels:
+        kernel_time([int(v) for v in a.kernels.split(",")])
     if a.sampler_sizes:
         sampler_time([int(v) for v in a.sampler_sizes.split(",")])
     import reports._report as R
@@ -98,6 +139,8 @@ def main() -> None:
 
     for name in ("coupling_analysis", "fit_power_law", "hypervolume_history", "pareto_frame", "trials_frame"):
         setattr(R, name, timer(name, getattr(R, name)))
+    if not a.sizes:
+        return
     print(f"{'trials':>7} {'report s':>9} " + " ".join(f"{k:>20}" for k in ("coupling_analysis", "fit_power_law",
                                                                              "hypervolume_history", "pareto_frame")))
     for n in (int(v) for v in a.sizes.split(",") if v):

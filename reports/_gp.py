@@ -110,6 +110,13 @@ class BayesGP:
         self._dxx = [_sqdist(v, v) for v in xs]
         self._dxq = [_sqdist(v, q) for v, q in zip(xs, self.grid)]
         self._dqq = [_sqdist(q, q) for q in self.grid]
+        # knobs on the same grid (every numeric knob; categorical ones of as many levels), stacked,
+        # so that the likelihood's kernels are a few array operations, not a few per knob
+        same: dict[bytes, list[int]] = {}
+        for g, q in enumerate(self.grid):
+            same.setdefault(q.tobytes() + bytes(str(q.shape), "ascii"), []).append(g)
+        self._stacks = [(gs, [self._dxx[g] for g in gs], np.stack([self._dxq[g] for g in gs]),
+                         self._dqq[gs[0]]) for gs in same.values()]
         self.hypers = self._sample_hypers(n_hyper, burn, thin)
 
     # --- the centred kernel --------------------------------------------------------------
@@ -133,7 +140,19 @@ class BayesGP:
         return float(mq.mean()), max(float(np.mean(np.diag(kq) - mq * mq / mq.mean())), 1e-9)
 
     def _per_knob_xx(self, h: Hyper) -> list[np.ndarray]:
-        return [self._centred(g, h.ls[g], self._dxx[g], self._dxq[g], self._dxq[g]) for g in range(len(self.groups))]
+        """Each knob's centred kernel between the trials: _centred(g, ls, dxx, dxq, dxq), computed
+        for the knobs of one grid at once (the same numbers)."""
+        out: list[np.ndarray] = [np.empty(0)] * len(self.groups)
+        for gs, dxx, dxq, dqq in self._stacks:
+            s = (h.ls[gs] ** 2)[:, None, None]
+            kq = _m52(dqq[None] / s)
+            mq = kq.mean(2)
+            kqq = mq.mean(1)
+            v = np.maximum(np.mean(np.diagonal(kq, axis1=1, axis2=2) - mq * mq / kqq[:, None], axis=1), 1e-9)
+            m1 = _m52(dxq / s).mean(2)
+            for k, g in enumerate(gs):  # the (trials, trials) terms one knob at a time: they stay in cache
+                out[g] = (_m52(dxx[k] / s[k, 0, 0]) - np.outer(m1[k], m1[k]) / kqq[k]) / v[k]
+        return out
 
     def _combine(self, ks: list[np.ndarray], h: Hyper) -> np.ndarray:
         out = h.const + sum(h.main[g] * k for g, k in enumerate(ks))
