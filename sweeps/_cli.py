@@ -82,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "coupling verdict; --trials is the budget")
     run.add_argument("--seeds", type=_positive_int("--seeds"), default=1,
                      help="train every sampled config with K seeds; its val_loss is their mean [1]")
+    run.add_argument("--seed-plan", choices=("every", "design"), default="every",
+                     help="every: each config trains --seeds K seeds; design (--sampler coupling): --trials x K "
+                          "training runs, K seeds on each config of the design's space-filling start (the "
+                          "noise floor), one on each config after it [every]")
     run.add_argument("--model", default="tiny",
                      help="tiny, tiny-sdxl, random:sd15, random:sdxl (the real architectures, seeded random "
                           "weights: for --dry-run) or a local diffusers folder [tiny]")
@@ -433,6 +437,12 @@ def run_config(a: argparse.Namespace) -> Any:
     if a.sampler == "coupling" and len(space.params) < 2:
         raise UsageError(f"--sampler coupling: {space.source} samples {len(space.params)} param; a coupling "
                          "design needs two or more")
+    if a.seed_plan == "design" and a.sampler != "coupling":
+        raise UsageError(f"--seed-plan design: the coupling design spends the seeds; use it with --sampler "
+                         f"coupling, not {a.sampler}")
+    if a.seed_plan == "design" and a.seeds < 2:
+        raise UsageError("--seed-plan design: --seeds K is the runs per trial to spend; it needs K >= 2, "
+                         f"got {a.seeds}")
     if a.until_decisive and len(space.params) < 2:
         raise UsageError(f"--until-decisive: {space.source} samples {len(space.params)} param, so there is no "
                          "pair to decide; sample two or more")
@@ -447,6 +457,7 @@ def run_config(a: argparse.Namespace) -> Any:
         workers=a.workers, workdir=workdir, storage=storage, tracking_uri=tracking,
         objective=objective_name, builtin=objective.builtin, fixed=fixed, model=a.model,
         data=str(Path(a.data).resolve()) if a.data else None, sampler=a.sampler, seed=a.seed, seeds=a.seeds,
+        seed_plan=a.seed_plan, trials_are_runs=a.seed_plan == "design",
         until_decisive=a.until_decisive, score=a.score, early_stop=a.early_stop or "", rungs=rungs,
         profile=space.profile,
         ray_address=a.ray_address, cpus_per_trial=a.cpus_per_trial, gpus_per_trial=a.gpus_per_trial,
@@ -687,7 +698,7 @@ def cmd_rerun_front(a: argparse.Namespace) -> int:
     cfg = _stored_config(a, study, workdir, storage, trials=len(configs), enqueue=configs,
                          enqueue_attrs=[{A.RERUN_OF: int(n)} for n in front["trial"]],
                          seed_offset=fresh_seed_offset(study))
-    cfg = dataclasses.replace(cfg, seeds=a.seeds)
+    cfg = dataclasses.replace(cfg, seeds=a.seeds, seed_plan="every")  # every front config gets its K seeds
     print(f"study {a.study}: re-training {len(configs)} front config(s) (trials "
           f"{', '.join(str(int(n)) for n in front['trial'])}) with {a.seeds} fresh seed(s) each", file=sys.stderr)
     study.set_user_attr(A.TARGET_TRIALS, int(study.user_attrs.get(A.TARGET_TRIALS, 0)) + len(configs))

@@ -12,8 +12,10 @@ weight beside it); benchmarks/RESULTS.md has the rest. A pair's interaction is l
 moves the loss most against what is known, typically towards the corners of the pair; the
 trials in flight count as observed (a GP's posterior variance does not depend on their values),
 so that parallel workers do not pick the same config. With `--seeds K` the surrogate takes each
-trial's replicate standard error as its known noise; with `--max-mem-mb` only candidates whose
-peak memory, predicted from the trials so far, fits the budget are proposed.
+trial's replicate standard error as its known noise, and with `--seed-plan design` it spends the
+seeds (`seeds_for`): K on each config of its space-filling start, one on each after; with
+`--max-mem-mb` only candidates whose peak memory, predicted from the trials so far, fits the
+budget are proposed.
 """
 
 from __future__ import annotations
@@ -31,15 +33,18 @@ MAX_FIT_DESIGN = 60  # the trials a suggestion's surrogate conditions on (a rand
 
 
 def _sems(trials: Sequence[Any]) -> np.ndarray | None:
-    """The trials' replicate standard errors of val_loss (--seeds K), a missing one as their
-    median; None when no trial has one."""
-    from ._attrs import VAL_LOSS_SEM
+    """The trials' replicate standard errors of val_loss (--seeds K); a trial without one (a
+    single seed) gets the median one seed's noise (a replicated trial's sem x sqrt(its seeds))
+    over sqrt(its own seeds); None when no trial has one."""
+    from ._attrs import N_SEEDS, VAL_LOSS_SEM
 
     sem = np.array([float(t.user_attrs.get(VAL_LOSS_SEM) or math.nan) for t in trials])
+    seeds = np.array([max(1, int(t.user_attrs.get(N_SEEDS) or 1)) for t in trials], dtype=float)
     good = np.isfinite(sem)
     if not good.any():
         return None
-    return np.where(good, sem, float(np.median(sem[good])))
+    one_seed = float(np.median(sem[good] * np.sqrt(seeds[good])))
+    return np.where(good, sem, one_seed / np.sqrt(seeds))
 
 
 class CouplingSampler(BaseSampler):
@@ -88,6 +93,21 @@ class CouplingSampler(BaseSampler):
     def after_trial(self, study: Any, trial: Any, state: Any, values: Sequence[float] | None) -> None:
         self._qmc.after_trial(study, trial, state, values)
 
+    # --- seeds (--seed-plan design) ----------------------------------------------------
+    def startup_trials(self, n_params: int) -> int:
+        return self.n_startup if self.n_startup is not None else 2 * n_params + 2
+
+    def seeds_for(self, trial: Any, seeds: int) -> int:
+        """How many of `seeds` training runs the design spends on `trial` (--seed-plan design):
+        all of them on the space-filling start, whose replicates measure the seed noise that
+        every verdict's interval rests on, and one on every trial after it. Per training run,
+        the integrated variance a config removes, sum cov(f_c(g), y(p))^2 / (k var f(p) + noise)
+        for k seeds there, falls with k, and a new config at the best candidate removes at
+        least as much as another seed at an old one: past the noise floor a replicate buys less
+        of the verdict than a config does (benchmarks/seed_budget.py measures it)."""
+        space = [d for d in trial.distributions.values() if not d.single()]
+        return seeds if trial.number < self.startup_trials(len(space)) else 1
+
     # --- the design ----------------------------------------------------------------------
     def _started(self, study: Any, space: dict[str, Any]) -> bool:
         from optuna.trial import TrialState
@@ -95,7 +115,7 @@ class CouplingSampler(BaseSampler):
         if len(space) < 2:
             return False
         done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        return len(done) >= (self.n_startup if self.n_startup is not None else 2 * len(space) + 2)
+        return len(done) >= self.startup_trials(len(space))
 
     def _suggest(self, study: Any, space: dict[str, Any]) -> dict[str, Any]:
         import warnings

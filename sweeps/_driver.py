@@ -100,11 +100,14 @@ class Driver:
         stop: threading.Event | None = None, on_progress: Callable[[Outcome, dict[str, int]], None] | None = None,
         on_result: Callable[[int, TrialResult], None] | None = None,
         objectives: Sequence[str] = OBJECTIVES, should_stop: Callable[[], str] | None = None,
+        seed_plan: Callable[[Any, int], int] | None = None,
     ) -> None:
         self.study, self.pool, self.log = study, pool, log
         self.objectives = tuple(objectives)
         self.target, self.fixed, self.distributions = trials, dict(fixed), distributions
         self.seeds, self.seed_offset = seeds, seed_offset
+        # --seed-plan design: how many of the `seeds` each asked trial trains (seed_plan(trial, seeds))
+        self.seed_plan = seed_plan
         self.max_mem_mb, self.max_retries, self.max_fail_share = max_mem_mb, max_retries, max_fail_share
         self.stop = stop or threading.Event()
         self.on_progress, self.on_result = on_progress, on_result
@@ -148,7 +151,7 @@ class Driver:
         return self.outcome
 
     def remaining_tasks(self) -> int:
-        return (self.target - self.asked) * self.seeds + len(self.queue)
+        return (self.target - self.asked) * (self.seeds if self.seed_plan is None else 1) + len(self.queue)
 
     def depth(self) -> int:
         """Tasks per worker: a second one queued behind a short trial, so that the worker goes
@@ -175,10 +178,11 @@ class Driver:
         trial = self.study.ask(fixed_distributions=self.distributions)
         params = {**self.fixed, **trial.params}
         base = int(params.get("seed", 0) or 0)
+        k = self.seeds if self.seed_plan is None else max(1, min(self.seed_plan(trial, self.seeds), self.seeds))
         owner = _Trial(trial, params, self.log.start_trial(trial.number, params),
-                       replicate_seeds(base, self.seeds, offset=self.seed_offset))
+                       replicate_seeds(base, k, offset=self.seed_offset))
         self.open.append(owner)
-        self.queue.extend((owner, r) for r in range(self.seeds))
+        self.queue.extend((owner, r) for r in range(k))
         self.asked += 1
 
     def _send(self, widx: int, owner: _Trial, replicate: int, *, attempt: int) -> None:

@@ -77,12 +77,18 @@ def _gpus_for(cfg: RunConfig) -> float:
     return 1.0 if ray.cluster_resources().get("GPU", 0) >= 1 else 0.0
 
 
+def seeds_phrase(cfg: RunConfig) -> str:
+    if cfg.seed_plan == "design" and cfg.seeds > 1:
+        return f"seeds spent by the design ({cfg.seeds} per config of its space-filling start, 1 per config after it)"
+    return f"{cfg.seeds} seed(s) per config"
+
+
 def describe(cfg: RunConfig) -> str:
     """The parent run's description in the MLflow UI."""
     cmd = " ".join(shlex.quote(a) for a in ["csweep", *sys.argv[1:]]) if sys.argv[1:] else "(from Python)"
     return (f"csweep study **{cfg.study_name}**: search space `{cfg.space.name}` "
             f"({cfg.space.description or 'no description'}), objective `{cfg.objective}`, sampler {cfg.sampler}, "
-            f"{cfg.seeds} seed(s) per config.\n\nCommand: `{redact(cmd)}`\n\n"
+            f"{seeds_phrase(cfg)}.\n\nCommand: `{redact(cmd)}`\n\n"
             f"Objectives: {describe_objectives(cfg.objectives)}.\n\n"
             "How to read it: each nested run is one trial (one sampled config); sort by "
             f"{' and '.join(f'`{o}`' for o in cfg.objectives)} to see the trade-off, and open this run's "
@@ -127,7 +133,7 @@ def _open_study(cfg: RunConfig) -> Any:
     if cfg.max_mem_mb is not None:
         study.set_user_attr(A.MAX_MEM, cfg.max_mem_mb)
     if not cfg.enqueue:  # a fresh run adds its trials to the target; a resume only completes it
-        study.set_user_attr(A.TARGET_TRIALS, counted_trials(study) + cfg.trials)
+        study.set_user_attr(A.TARGET_TRIALS, counted_trials(study) + planned_trials(cfg, study))
     study.set_user_attr(A.SPACE, cfg.space.to_dict())
     study.set_user_attr(A.OBJECTIVE, cfg.objective)
     study.set_user_attr(A.SETTINGS, cfg.stored())
@@ -183,16 +189,18 @@ def run_sweep(cfg: RunConfig) -> Outcome:
     target = get_objective(cfg.objective).target
     pool = RayPool(cfg.workers, options, target, cfg.builtin, cfg.model, data, cfg.health, cfg.samples, int(cpus),
                    () if cluster else (os.getcwd(),), cfg.score, rung_board(cfg, study))
-    bar = _progress(cfg)
+    planned = planned_trials(cfg, study)
+    bar = _progress(cfg, planned)
     stop = threading.Event()
     driver = Driver(
-        study, pool, log, trials=cfg.trials, fixed=cfg.fixed, distributions=cfg.space.distributions(),
+        study, pool, log, trials=planned, fixed=cfg.fixed, distributions=cfg.space.distributions(),
         seeds=cfg.seeds, seed_offset=cfg.seed_offset, max_mem_mb=cfg.max_mem_mb, max_retries=cfg.max_retries,
         max_fail_share=cfg.max_fail_share, enqueue=cfg.enqueue, enqueue_attrs=cfg.enqueue_attrs, stop=stop,
         objectives=cfg.objectives,
         on_progress=(lambda o, flight: _update(bar, study, o, flight, cfg.seeds)) if bar is not None else None,
         on_result=lambda number, result: keep_samples(samples_dir(cfg.workdir, cfg.study_name), number, result),
         should_stop=(lambda: decided_line(study, cfg)) if cfg.until_decisive else None,
+        seed_plan=study.sampler.seeds_for if cfg.seed_plan == "design" else None,
     )
     # Ctrl-C and SIGTERM (what Slurm's scancel, Kubernetes, `timeout` and supervisors send) set a
     # flag that the loop reads between steps, so that it never lands between an ask and the
@@ -386,12 +394,22 @@ def write_study_reports(study: Any, workdir: Path, mlflow: SafeTracker | None, p
     return out
 
 
-def _progress(cfg: RunConfig) -> Any:
+def planned_trials(cfg: RunConfig, study: Any) -> int:
+    """The trials this run will ask: --trials, or on a fresh run with --seed-plan design as many
+    as its --trials x K runs make (K seeds on the design's start trials still to run, one after)."""
+    if not cfg.trials_are_runs or cfg.seed_plan != "design" or cfg.seeds < 2:
+        return cfg.trials
+    start = max(0, study.sampler.startup_trials(len(cfg.space.params)) - len(study.get_trials(deepcopy=False)))
+    start = min(start, cfg.trials)
+    return start + (cfg.trials - start) * cfg.seeds
+
+
+def _progress(cfg: RunConfig, total: int) -> Any:
     if not cfg.progress:
         return None
     from tqdm import tqdm
 
-    return tqdm(total=cfg.trials, desc=cfg.study_name, unit="trial", file=sys.stderr, dynamic_ncols=True)
+    return tqdm(total=total, desc=cfg.study_name, unit="trial", file=sys.stderr, dynamic_ncols=True)
 
 
 def _update(bar: Any, study: Any, outcome: Outcome, flight: dict[str, int], seeds: int) -> None:

@@ -36,6 +36,9 @@ class RunConfig:
     sampler: str = "tpe"
     seed: int | None = None
     seeds: int = 1
+    # "every": each config trains `seeds` seeds; "design" (--sampler coupling): `seeds` is a
+    # budget of trials x seeds runs that the design spends (CouplingSampler.seeds_for)
+    seed_plan: str = "every"
     until_decisive: bool = False  # stop once every hypothesis (or pair) has a decided verdict
     score: str = "final"  # the study's val_loss: the trial's last validation, or its best step's
     early_stop: str = ""  # "dominated": stop trials the others beat at a rung (sweeps._rungs)
@@ -60,6 +63,9 @@ class RunConfig:
     # user attrs of each enqueued trial, in the same order (rerun-front: the trial it re-trains)
     enqueue_attrs: Sequence[Mapping[str, Any]] = field(default=(), metadata=PER_INVOCATION)
     seed_offset: int = field(default=0, metadata=PER_INVOCATION)  # rerun-front: fresh seeds
+    # a fresh `csweep run --seed-plan design`: `trials` x `seeds` is a budget of training runs
+    # (sweeps._runner.planned_trials turns it into trials); a resume's `trials` are trials
+    trials_are_runs: bool = field(default=False, metadata=PER_INVOCATION)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "objectives", tuple(self.objectives))  # JSON gives a list

@@ -112,27 +112,33 @@ def true_share(share: float = 0.12) -> float:
     return share
 
 
-def designed_moderate_study(seed: int, n: int, *, n_seeds: int = 1, **planting: Any) -> pd.DataFrame:
+def designed_moderate_study(seed: int, n: int, *, n_seeds: int = 1, seed_plan: str = "every",
+                            **planting: Any) -> pd.DataFrame:
     """The moderate planting (`planting`: moderate_study's `coupled`, `share`, `snr`) on configs
     the coupling design (`--sampler coupling`) picks, in Optuna's ask/tell loop, one trial at a
     time; with `n_seeds` > 1 each trial's value is the mean of its seeds and its replicate
-    standard error is the trial's known noise, as `--seeds K` gives it."""
+    standard error is the trial's known noise, as `--seeds K` gives it. `seed_plan="design"`:
+    n x n_seeds runs, as many seeds per trial as the design gives it (`--seed-plan design`)."""
     import optuna
 
-    from sweeps._attrs import VAL_LOSS_SEM
+    from sweeps._attrs import N_SEEDS, VAL_LOSS_SEM
     from sweeps._coupling_sampler import CouplingSampler
 
     space = {name: optuna.distributions.FloatDistribution(0.0, 1.0) for name in UNIT_SPACE}
-    study = optuna.create_study(sampler=CouplingSampler(seed=seed))
-    rows = []
-    for i in range(n):
+    sampler = CouplingSampler(seed=seed)
+    study = optuna.create_study(sampler=sampler)
+    rows, runs, i = [], n * n_seeds, 0
+    while runs > 0:
         t = study.ask(space)
+        k = n_seeds if seed_plan == "every" else min(sampler.seeds_for(t, n_seeds), runs)
         row = moderate_study(seed * 1000 + i, n=1, x={p: np.array([t.params[p]]) for p in UNIT_SPACE},
-                             n_seeds=n_seeds, **planting)
-        if n_seeds > 1:
+                             n_seeds=k, **planting)
+        if k > 1:
             t.set_user_attr(VAL_LOSS_SEM, float(row["val_loss_sem"].iloc[0]))
+        t.set_user_attr(N_SEEDS, k)
         study.tell(t, float(row["val_loss"].iloc[0]))
         rows.append(row)
+        runs, i = runs - k, i + 1
     out = pd.concat(rows, ignore_index=True)
     out["trial"] = range(len(out))
     return out

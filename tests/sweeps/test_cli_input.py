@@ -13,6 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 GOOD_SPACE = "name: s\nparams:\n  init_std: {type: float, low: 0.001, high: 0.3, log: true}\n"
+TWO_PARAMS = GOOD_SPACE + "  lr: {type: float, low: 0.0001, high: 0.1, log: true}\n"
 
 BAD = [
     # (files to write, argv, words the message must hold)
@@ -47,6 +48,10 @@ BAD = [
     ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--workers", "0"], ["--workers", ">= 1"]),
     ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--until-decisive"], ["--until-decisive", "no pair to decide"]),
     ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--sampler", "coupling"], ["--sampler coupling", "two or more"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--seeds", "2", "--seed-plan", "design"],
+     ["--seed-plan design", "--sampler coupling, not tpe"]),
+    ({"s.yaml": TWO_PARAMS}, ["run", "s.yaml", "--sampler", "coupling", "--seed-plan", "design"],
+     ["--seed-plan design", "K >= 2, got 1"]),
     ({"s.yaml": GOOD_SPACE + "fixed:\n  lr: 0.01\nhypotheses:\n  - {x: init_std, y: lr}\n"}, ["run", "s.yaml"],
      ["hypotheses[0].y", "'lr'", "a fixed param"]),
     ({"s.yaml": GOOD_SPACE + "hypotheses:\n  - {x: init_std, y: nope}\n"}, ["run", "s.yaml"],

@@ -19,7 +19,8 @@ from sweeps._settings import RunConfig
 
 # what each per-invocation field is given by when `csweep resume` runs the study again
 RESUME_GIVES = {"study_name", "trials", "workers", "workdir", "storage", "ray_address", "progress",
-                "reports", "artifact_root", "enqueue", "enqueue_attrs", "seed_offset"}
+                "reports", "artifact_root", "enqueue", "enqueue_attrs", "seed_offset",
+                "trials_are_runs"}
 
 
 def option_values(tmp: Path) -> dict[str, list[str]]:
@@ -46,6 +47,7 @@ def option_values(tmp: Path) -> dict[str, list[str]]:
         "--samples": ["3"], "--no-samples": [], "--fidelity-model": [str(clip)],
         "--objectives": ["fidelity,val_loss,peak_mem_mb"], "--until-decisive": [],
         "--early-stop": ["dominated"], "--rungs": ["0.2,0.5"], "--score": ["best"], "--profile": ["sd15"],
+        "--seed-plan": ["design", "--sampler", "coupling", "--seeds", "2"],
     }
 
 

@@ -77,3 +77,26 @@ def test_qmc_spreads_the_trials_and_a_rerun_continues_the_sequence(project):
     assert res.returncode == 0, res.stderr
     trials = pd.read_csv(path / "csweep_runs/reports/strong/trials.csv")
     assert len(trials) == 16 and len(trials[["x", "y", "z"]].drop_duplicates()) == 16
+
+
+def test_seed_plan_design_spends_the_runs_on_configs_after_the_noise_floor(project):
+    """--seed-plan design: --trials 10 --seeds 2 is 20 training runs; the design's start (2 x 3
+    params + 2 = 8 trials) trains 2 seeds each, every later config one, so 12 configs in all,
+    and the report's noise floor comes from the start's replicates."""
+    path, csweep = project
+    res = csweep("run", "strong.yaml", "--trials", "10", "--seeds", "2", "--workers", "2", "--sampler", "coupling",
+                 "--seed-plan", "design", "--seed", "3", "--no-progress")
+    assert res.returncode == 0, res.stderr
+    trials = pd.read_csv(path / "csweep_runs/reports/strong/trials.csv").sort_values("trial")
+    assert trials["n_seeds"].tolist() == [2] * 8 + [1] * 4, trials[["trial", "n_seeds"]]
+    assert trials["n_seeds"].sum() == 20
+    assert trials["val_loss_sem"].iloc[:8].notna().all() and trials["val_loss_sem"].iloc[8:].isna().all()
+    summary = __import__("json").loads((path / "csweep_runs/reports/strong/summary.json").read_text())
+    noise = {k: v for k, v in summary.items() if "noise" in k}
+    assert noise and any(v for v in noise.values()), summary
+    # the same command again adds 10 x 2 runs of single-seed configs: the start is behind it
+    res = csweep("run", "strong.yaml", "--trials", "10", "--seeds", "2", "--workers", "1", "--sampler", "coupling",
+                 "--seed-plan", "design", "--seed", "3", "--no-progress")
+    assert res.returncode == 0, res.stderr
+    trials = pd.read_csv(path / "csweep_runs/reports/strong/trials.csv").sort_values("trial")
+    assert len(trials) == 32 and trials["n_seeds"].iloc[12:].eq(1).all()
