@@ -12,6 +12,10 @@ scored against the truth: the planted pair should read "coupled", every other "n
 
 Prints per cell: correct-decisive / inconclusive / wrong, over all pairs of all studies, and the
 planted pair's own row (coupled / inconclusive / no sign), which is the figure users ask for.
+
+Sampler `coupling-plan`: `--sampler coupling --seeds 2 --seed-plan design`, its cell `n=N` the
+N x 2 training runs of `--trials N` (2 seeds on each of the design's first 2 x knobs + 2 configs,
+one on each after): twice the runs of the other samplers' cells.
 """
 
 from __future__ import annotations
@@ -82,19 +86,31 @@ def space_yaml(name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+PLAN_SEEDS = 2
+
+
+def plan_trials(n: int, knobs: int = 4) -> int:
+    """The trials `--trials n --seeds 2 --seed-plan design` runs: 2 seeds on the start, 1 after."""
+    start = min(n, 2 * knobs + 2)
+    return start + (n - start) * PLAN_SEEDS
+
+
 def run_study(project: Path, name: str, sampler: str, seed: int, trials: int) -> object:
     import optuna
 
     from sweeps import main
 
     study = f"{name}-{sampler}-{seed}"
+    extra = []
+    if sampler == "coupling-plan":
+        sampler, extra = "coupling", ["--seeds", str(PLAN_SEEDS), "--seed-plan", "design"]
     here = os.getcwd()
     os.chdir(project)
     err = io.StringIO()
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
             rc = main(["run", f"{name}.yaml", "--study", study, "--trials", str(trials), "--workers", "1",
-                       "--sampler", sampler, "--seed", str(seed), "--no-progress"])
+                       "--sampler", sampler, "--seed", str(seed), "--no-progress", *extra])
     finally:
         os.chdir(here)
     assert rc == 0, (name, sampler, seed, rc, err.getvalue()[-500:])
@@ -142,7 +158,7 @@ def main() -> None:
         (project / f"{name}.yaml").write_text(space_yaml(name))
     print(f"{a.studies} seeded studies per cell; all pairs: right-decisive/inconclusive/wrong; "
           "planted pair: coupled/inconclusive/no sign", flush=True)
-    print(f"{'objective':<15} {'sampler':<9} " + " ".join(f"{f'n={n}':>26}" for n in sizes), flush=True)
+    print(f"{'objective':<15} {'sampler':<13} " + " ".join(f"{f'n={n}':>26}" for n in sizes), flush=True)
     t0 = time.time()
     for name in a.objectives.split(","):
         planted = OBJECTIVES[name][2]
@@ -151,7 +167,7 @@ def main() -> None:
             for seed in range(a.studies):
                 study = run_study(project, name, sampler, seed, max(sizes))
                 for n in sizes:
-                    tally, mine = score(study, n, planted)
+                    tally, mine = score(study, plan_trials(n) if sampler == "coupling-plan" else n, planted)
                     for acc, got in zip(cells[n], (tally, mine)):
                         for i in range(3):
                             acc[i] += got[i]
@@ -159,7 +175,7 @@ def main() -> None:
             for n in sizes:
                 tally, mine = cells[n]
                 row.append(f"{'/'.join(map(str, tally))} ({'/'.join(map(str, mine)) if planted else '-'})")
-            print(f"{name:<15} {sampler:<9} " + " ".join(f"{c:>26}" for c in row), flush=True)
+            print(f"{name:<15} {sampler:<13} " + " ".join(f"{c:>26}" for c in row), flush=True)
     print(f"{time.time() - t0:.0f} s", flush=True)
 
 
