@@ -91,7 +91,9 @@ PLAN_SEEDS = 2
 
 def plan_trials(n: int, knobs: int = 4) -> int:
     """The trials `--trials n --seeds 2 --seed-plan design` runs: 2 seeds on the start, 1 after."""
-    start = min(n, 2 * knobs + 2)
+    from sweeps._coupling_sampler import default_startup
+
+    start = min(n, default_startup(knobs))
     return start + (n - start) * PLAN_SEEDS
 
 

@@ -55,6 +55,15 @@ def _sqdist(x1: np.ndarray, x2: np.ndarray) -> np.ndarray:
     return np.maximum((x1 * x1).sum(1)[:, None] + (x2 * x2).sum(1)[None, :] - 2.0 * x1 @ x2.T, 0.0)
 
 
+def _grid_moments(dqq: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Of a grid's kernel (squared distances `dqq`) at each squared length scale of `s` (shape
+    (m, 1, 1)): mean_qq k(q, q') and v, the centred kernel's mean variance there (BayesGP._centred)."""
+    kq = _m52(dqq[None] / s)
+    mq = kq.mean(2)
+    kqq = mq.mean(1)
+    return kqq, np.maximum(np.mean(np.diagonal(kq, axis1=1, axis2=2) - mq * mq / kqq[:, None], axis=1), 1e-9)
+
+
 def _mvn(cov: np.ndarray, z: np.ndarray) -> np.ndarray:
     """Draws with covariance `cov` from standard normal columns `z`: by Cholesky with a small
     jitter, by eigendecomposition where that fails (a centred kernel is singular on its grid)."""
@@ -135,9 +144,8 @@ class BayesGP:
     def _grid_moments(self, g: int, s: float) -> tuple[float, float]:
         """Of knob g's kernel at squared length scale s on its grid: mean_qq k(q, q'), and v, the
         centred kernel's mean variance there (see _centred)."""
-        kq = _m52(self._dqq[g] / s)
-        mq = kq.mean(1)
-        return float(mq.mean()), max(float(np.mean(np.diag(kq) - mq * mq / mq.mean())), 1e-9)
+        kqq, v = _grid_moments(self._dqq[g], np.array([s])[:, None, None])
+        return float(kqq[0]), float(v[0])
 
     def _per_knob_xx(self, h: Hyper) -> list[np.ndarray]:
         """Each knob's centred kernel between the trials: _centred(g, ls, dxx, dxq, dxq), computed
@@ -145,10 +153,7 @@ class BayesGP:
         out: list[np.ndarray] = [np.empty(0)] * len(self.groups)
         for gs, dxx, dxq, dqq in self._stacks:
             s = (h.ls[gs] ** 2)[:, None, None]
-            kq = _m52(dqq[None] / s)
-            mq = kq.mean(2)
-            kqq = mq.mean(1)
-            v = np.maximum(np.mean(np.diagonal(kq, axis1=1, axis2=2) - mq * mq / kqq[:, None], axis=1), 1e-9)
+            kqq, v = _grid_moments(dqq, s)
             m1 = _m52(dxq / s).mean(2)
             for k, g in enumerate(gs):  # the (trials, trials) terms one knob at a time: they stay in cache
                 out[g] = (_m52(dxx[k] / s[k, 0, 0]) - np.outer(m1[k], m1[k]) / kqq[k]) / v[k]

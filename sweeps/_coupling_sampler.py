@@ -47,6 +47,11 @@ def _sems(trials: Sequence[Any]) -> np.ndarray | None:
     return np.where(good, sem, one_seed / np.sqrt(seeds))
 
 
+def default_startup(n_params: int) -> int:
+    """The space-filling trials the design starts with: 2 x params + 2."""
+    return 2 * n_params + 2
+
+
 class CouplingSampler(BaseSampler):
     """An Optuna sampler (optuna.samplers.BaseSampler's interface). `pairs`: the pairs to learn
     ([] for every pair); `n_startup`: trials drawn by scrambled Sobol first [2 x params + 2]."""
@@ -95,7 +100,7 @@ class CouplingSampler(BaseSampler):
 
     # --- seeds (--seed-plan design) ----------------------------------------------------
     def startup_trials(self, n_params: int) -> int:
-        return self.n_startup if self.n_startup is not None else 2 * n_params + 2
+        return self.n_startup if self.n_startup is not None else default_startup(n_params)
 
     def seeds_for(self, trial: Any, seeds: int) -> int:
         """How many of `seeds` training runs the design spends on `trial` (--seed-plan design):
