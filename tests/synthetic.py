@@ -113,12 +113,16 @@ def true_share(share: float = 0.12) -> float:
 
 
 def designed_moderate_study(seed: int, n: int, *, n_seeds: int = 1, seed_plan: str = "every",
+                            diverges: Any = None, diverged_state: Any = None,
                             **planting: Any) -> pd.DataFrame:
     """The moderate planting (`planting`: moderate_study's `coupled`, `share`, `snr`) on configs
     the coupling design (`--sampler coupling`) picks, in Optuna's ask/tell loop, one trial at a
     time; with `n_seeds` > 1 each trial's value is the mean of its seeds and its replicate
     standard error is the trial's known noise, as `--seeds K` gives it. `seed_plan="design"`:
-    n x n_seeds runs, as many seeds per trial as the design gives it (`--seed-plan design`)."""
+    n x n_seeds runs, as many seeds per trial as the design gives it (`--seed-plan design`).
+    `diverges(params)`: True where a run diverges: that trial is PRUNED, as the divergence stop
+    leaves it (or `diverged_state`: FAIL, as a run that raised), and only the usable trials are
+    returned (`.attrs["pruned"]`: how many were not)."""
     import optuna
 
     from sweeps._attrs import N_SEEDS, VAL_LOSS_SEM
@@ -127,10 +131,14 @@ def designed_moderate_study(seed: int, n: int, *, n_seeds: int = 1, seed_plan: s
     space = {name: optuna.distributions.FloatDistribution(0.0, 1.0) for name in UNIT_SPACE}
     sampler = CouplingSampler(seed=seed)
     study = optuna.create_study(sampler=sampler)
-    rows, runs, i = [], n * n_seeds, 0
+    rows, runs, i, pruned = [], n * n_seeds, 0, 0
     while runs > 0:
         t = study.ask(space)
         k = n_seeds if seed_plan == "every" else min(sampler.seeds_for(t, n_seeds), runs)
+        if diverges is not None and diverges(t.params):
+            study.tell(t, state=diverged_state or optuna.trial.TrialState.PRUNED)
+            runs, i, pruned = runs - k, i + 1, pruned + 1
+            continue
         row = moderate_study(seed * 1000 + i, n=1, x={p: np.array([t.params[p]]) for p in UNIT_SPACE},
                              n_seeds=k, **planting)
         if k > 1:
@@ -141,6 +149,7 @@ def designed_moderate_study(seed: int, n: int, *, n_seeds: int = 1, seed_plan: s
         runs, i = runs - k, i + 1
     out = pd.concat(rows, ignore_index=True)
     out["trial"] = range(len(out))
+    out.attrs["pruned"] = pruned
     return out
 
 
