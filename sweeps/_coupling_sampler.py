@@ -217,11 +217,11 @@ class CouplingSampler(BaseSampler):
         from sklearn.linear_model import LogisticRegression
         from sklearn.preprocessing import PolynomialFeatures
 
-        from ._attrs import REPLACED, RUNG, STALE
+        from ._attrs import RUNG
+        from ._runner import is_replaced
 
-        stale = study.user_attrs.get(STALE, {})
         bad = [self._encode(t.params, space, groups, width) for t in unusable
-               if t.user_attrs.get(RUNG) is None and not t.user_attrs.get(REPLACED) and str(t.number) not in stale]
+               if t.user_attrs.get(RUNG) is None and not is_replaced(study, t)]
         if not bad or not len(x):
             return cand
         feats = PolynomialFeatures(2, include_bias=False)
