@@ -55,3 +55,9 @@ TAG_STATE = "optuna.state"  # the trial's Optuna state: COMPLETE | PRUNED | FAIL
 TAG_OUTCOME = "csweep.outcome"  # OUTCOME's value
 TAG_NODE = "ray.node_id"
 TAG_INFEASIBLE = "infeasible"  # why the trial is not a feasible point (out of memory)
+
+
+def is_replaced(study, t) -> bool:
+    """A trial whose parameters are run again: a stale RUNNING trial of a dead driver (failed
+    by a resume) or one interrupted by Ctrl-C."""
+    return bool(t.user_attrs.get(REPLACED)) or str(t.number) in study.user_attrs.get(STALE, {})

@@ -217,8 +217,7 @@ class CouplingSampler(BaseSampler):
         from sklearn.linear_model import LogisticRegression
         from sklearn.preprocessing import PolynomialFeatures
 
-        from ._attrs import RUNG
-        from ._runner import is_replaced
+        from ._attrs import RUNG, is_replaced
 
         bad = [self._encode(t.params, space, groups, width) for t in unusable
                if t.user_attrs.get(RUNG) is None and not is_replaced(study, t)]

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _attrs as A
+from ._attrs import is_replaced
 from ._driver import Driver, Outcome
 from ._lane import PENDING_DIR, MlflowLane, PendingLog
 from ._settings import RunConfig
@@ -42,12 +43,6 @@ def quiet() -> None:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     for name in ("mlflow", "alembic", "ray", "urllib3"):
         logging.getLogger(name).setLevel(logging.ERROR)
-
-
-def is_replaced(study: Any, t: Any) -> bool:
-    """A trial whose parameters are run again: a stale RUNNING trial of a dead driver (failed
-    by a resume) or one interrupted by Ctrl-C."""
-    return bool(t.user_attrs.get(A.REPLACED)) or str(t.number) in study.user_attrs.get(A.STALE, {})
 
 
 def counted_trials(study: Any) -> int:
