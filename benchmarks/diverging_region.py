@@ -3,8 +3,9 @@ tests/synthetic.py (four knobs on [0, 1], warm x sigma's pure interaction 12% of
 variance, the configs' spread 2.8x one seed's noise), runs in a cut region are told to Optuna as
 PRUNED (the divergence stop) or FAIL, with no value, as `csweep run` leaves them; the design
 (`--sampler coupling`, in-process, Optuna's ask/tell) and the report's analysis on the usable
-trials at the end. Regions: `corner` (lr > 0.7 and sigma > 0.5, 15% of the space) and `lr`
-(lr > 0.8, 20%).
+trials at the end. Regions: `corner` (lr > 0.7 and sigma > 0.5, 15% of the space), `lr`
+(lr > 0.8, 20%) and `pair` (warm + sigma > 1.3, 24.5%: a cut across the whole box of the coupled
+pair itself, so the interaction is seen on what is left of its square).
 
     python benchmarks/diverging_region.py                       # the table in benchmarks/RESULTS.md
     python benchmarks/diverging_region.py --trials 30 --studies 20 --first-seed 9010 --state FAIL
@@ -25,7 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-REGIONS = {"corner": lambda p: p["lr"] > 0.7 and p["sigma"] > 0.5, "lr": lambda p: p["lr"] > 0.8}
+REGIONS = {"corner": lambda p: p["lr"] > 0.7 and p["sigma"] > 0.5, "lr": lambda p: p["lr"] > 0.8,
+           "pair": lambda p: p["warm"] + p["sigma"] > 1.3}
 
 
 def main() -> None:

@@ -1,11 +1,12 @@
 """Coupling verdicts against known truth, per sampler and study size, through `csweep run` itself.
 
 Seeded studies of synthetic plug-in objectives (four knobs on [0, 1]; a categorical one for
-`catnum`) run by `sweeps.main` (the real path: Optuna storage, Ray workers, MLflow), one study per
-(objective, sampler, seed) at the largest size; the smaller sizes are the study's first trials
-(with one worker a seeded sampler's first N trials are those an N-trial study would have run).
-Each pair's verdict from the report's analysis (reports.coupling_analysis, the usable trials) is
-scored against the truth: the planted pair should read "coupled", every other "no sign".
+`catnum` and `catnum-fails`, where a region of it raises) run by `sweeps.main` (the real path:
+Optuna storage, Ray workers, MLflow), one study per (objective, sampler, seed) at the largest size;
+the smaller sizes are the study's first trials (with one worker a seeded sampler's first N trials
+are those an N-trial study would have run). Each pair's verdict from the report's analysis
+(reports.coupling_analysis, the usable trials) is scored against the truth: the planted pair should
+read "coupled", every other "no sign".
 
     python benchmarks/verdicts.py                       # the table in benchmarks/RESULTS.md
     python benchmarks/verdicts.py --studies 10 --sizes 12,20,30,60 --samplers random,qmc,tpe,coupling
@@ -51,6 +52,8 @@ def objective(params):
     w, s, lr, d = (params[k] for k in ("warm", "sigma", "lr", "decay"))
     additive = 3 * (1 / 48) + 4 / 180
     if kind == "catnum":
+        if params.get("fails") and params["freeze"] == "full" and lr > 0.6:
+            raise RuntimeError("the run diverged")  # a FAIL trial, as a run that raised leaves it
         c = CENTRES[params["freeze"]]
         val = 4 * (lr - c) ** 2 + 0.5 * (w - 0.5) + 0.5 * d
         total = 0.05
@@ -71,6 +74,8 @@ OBJECTIVES = {  # name: (kind, snr, planted pair)
     "strong": ("strong", 2.8, ("warm", "sigma")),
     "null": ("none", 2.8, None),
     "catnum": ("catnum", 2.8, ("freeze", "lr")),
+    # catnum where runs with freeze = full and lr > 0.6 raise (13% of the space, over full's best lr)
+    "catnum-fails": ("catnum", 2.8, ("freeze", "lr")),
 }
 
 
@@ -83,6 +88,7 @@ def space_yaml(name: str) -> str:
     lines = [f"name: '{name}'", "objective: verdictobj:objective", "params:"]
     lines += [f"  {k}: {v}" for k, v in params.items()]
     lines += ["fixed:", f"  kind: {kind}", f"  snr: {snr}", "  sigma: 0.5" if kind == "catnum" else ""]
+    lines += ["  fails: true"] if name.endswith("-fails") else []
     return "\n".join(lines) + "\n"
 
 
