@@ -307,6 +307,7 @@ def fit_surrogate(ok: pd.DataFrame, params: Mapping[str, Mapping[str, Any]],
                   categorical: Mapping[str, Sequence[Any]], *, seed: int = 0, n_hyper: int = 24) -> Any:
     """The fully Bayesian ANOVA GP (reports._gp) on the usable trials `ok`; its knobs are
     `params` then `categorical`, in that order."""
+    from . import _gp
     from ._gp import BayesGP
 
     x, groups = _design(ok, params, categorical)
@@ -317,7 +318,7 @@ def fit_surrogate(ok: pd.DataFrame, params: Mapping[str, Mapping[str, Any]],
     # rows that are points of trials' curves (reports.curve_rows) share their trial's seed noise
     cluster = ok[CURVE_TRIAL].to_numpy() if CURVE_TRIAL in ok.columns else None
     gp = BayesGP(x, y, [groups[n] for n in names], categorical=[n in categorical for n in names], sem=sem,
-                 n_hyper=n_hyper, seed=seed, cluster=cluster)
+                 n_hyper=n_hyper, seed=seed, cluster=cluster, chains=_gp.CHAINS, burn=_gp.BURN)
     gp.n_trials = len(np.unique(cluster)) if cluster is not None else len(ok)
     return gp
 
@@ -356,7 +357,7 @@ def coupling_analysis(
     params: Mapping[str, Mapping[str, Any]],
     *,
     categorical: Mapping[str, Sequence[Any]] | None = None,
-    n_boot: int = 24,
+    n_boot: int = 48,
     seed: int = 0,
     pairs: Sequence[tuple[str, str]] | None = None,
     gp: Any = None,

@@ -16,7 +16,10 @@ leans towards additive fits at small N, and that lean was read as "no sign of co
    a pair interacts;
 2. the hyperparameters are drawn from their posterior under log-normal priors, by elliptical
    slice sampling of the exact marginal likelihood (Murray, Adams & MacKay 2010), as fully
-   Bayesian GPs in BoTorch/Ax draw theirs with NUTS;
+   Bayesian GPs in BoTorch/Ax draw theirs with NUTS, in several chains from dispersed starts
+   (`CHAINS`): at 20-40 trials the posterior can have two modes (a knob's steep main effect, or
+   an interaction with a knob whose values happen to follow it in the trials), and one chain
+   stays in whichever it finds first, so that the verdict depended on the analysis' seed;
 3. for each hyperparameter draw, every component is drawn jointly on its grid by pathwise
    conditioning (Wilson et al. 2020: exact prior draws at the grid and the trials, updated with
    the exact kernel), so that each draw gives every pair's share of the variance, every knob's
@@ -35,6 +38,9 @@ from dataclasses import dataclass
 import numpy as np
 
 MAX_FIT = 120  # trials the surrogate conditions on (a seeded random subset beyond)
+# the analyses' hyperparameter chains and each one's burn-in: chains from dispersed starts see the
+# modes that one chain would not leave (burn 50 left the curve rows' offset unconverged)
+CHAINS, BURN = 4, 100
 QUAD = 12  # grid points per numeric knob: the measure the variance is taken over
 SQRT5 = math.sqrt(5.0)
 JITTER = 1e-6
@@ -96,7 +102,8 @@ class BayesGP:
 
     def __init__(self, x: np.ndarray, y: np.ndarray, groups: list[list[int]], *, categorical: list[bool],
                  sem: np.ndarray | None = None, n_hyper: int = 24, seed: int = 0, burn: int = 200,
-                 thin: int = 3, max_fit: int = MAX_FIT, cluster: np.ndarray | None = None) -> None:
+                 thin: int = 3, max_fit: int = MAX_FIT, cluster: np.ndarray | None = None,
+                 chains: int = 1) -> None:
         rng = np.random.default_rng(seed)
         if len(x) > max_fit:
             keep = rng.choice(len(x), max_fit, replace=False)
@@ -126,7 +133,7 @@ class BayesGP:
             same.setdefault(q.tobytes() + bytes(str(q.shape), "ascii"), []).append(g)
         self._stacks = [(gs, [self._dxx[g] for g in gs], np.stack([self._dxq[g] for g in gs]),
                          self._dqq[gs[0]]) for gs in same.values()]
-        self.hypers = self._sample_hypers(n_hyper, burn, thin)
+        self.hypers = self._sample_hypers(n_hyper, burn, thin, chains)
 
     # --- the centred kernel --------------------------------------------------------------
     def _centred(self, g: int, ls: float, d12: np.ndarray, d1q: np.ndarray, d2q: np.ndarray) -> np.ndarray:
@@ -201,10 +208,22 @@ class BayesGP:
         alpha = np.linalg.solve(chol, self.y)
         return float(-0.5 * alpha @ alpha - np.log(np.diag(chol)).sum())
 
-    def _sample_hypers(self, n: int, burn: int, thin: int) -> list[Hyper]:
-        """Elliptical slice sampling under the Gaussian (log-space) prior."""
+    def _sample_hypers(self, n: int, burn: int, thin: int, chains: int = 1) -> list[Hyper]:
+        """Elliptical slice sampling under the Gaussian (log-space) prior, in `chains` chains that
+        share the `n` draws: the first starts at the prior's median, the others at draws from the
+        prior, so that a posterior with several modes (a knob's steep main effect against an
+        interaction with a knob that happens to follow it in the trials) is not read from the one
+        mode a single chain falls into first."""
         mean, sd = self._prior()
-        theta = mean.copy()
+        out: list[Hyper] = []
+        chains = max(1, min(chains, n))
+        for c in range(chains):
+            start = mean.copy() if c == 0 else mean + self.rng.normal(0.0, 1.0, len(mean)) * sd
+            out += self._chain(start, n // chains + (c < n % chains), burn, thin)
+        return out
+
+    def _chain(self, theta: np.ndarray, n: int, burn: int, thin: int) -> list[Hyper]:
+        mean, sd = self._prior()
         ll = self._loglik(theta)
         out = []
         for it in range(burn + n * thin):

@@ -85,7 +85,7 @@ def _noise_and_spread(ok: pd.DataFrame, metric: str) -> tuple[Any, float | None]
     return noise_floor(ok, metric), float(values.std()) if len(values) >= 2 else None
 
 
-def analyse(study: Any, *, n_boot: int = 20) -> StudyReport:
+def analyse(study: Any, *, n_boot: int = 48) -> StudyReport:
     """All the numbers of a report, as records (nothing drawn or written). Every analysis takes
     the usable trials from one place (`usable`)."""
     objectives = Objectives.of(study)
@@ -271,7 +271,7 @@ class _Figures:
 
 
 def write_study_report(study: Any, out_dir: Path, *, tracking_uri: str | None = None,
-                       n_boot: int = 20, samples: Path | None = None) -> dict[str, Path]:
+                       n_boot: int = 48, samples: Path | None = None) -> dict[str, Path]:
     """Every report file of one study into out_dir; returns them by file name. `samples`: the
     folder of the trials' sample grids (one subfolder per trial number), when they drew any."""
     out_dir.mkdir(parents=True, exist_ok=True)
