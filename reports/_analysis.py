@@ -307,7 +307,6 @@ def fit_surrogate(ok: pd.DataFrame, params: Mapping[str, Mapping[str, Any]],
                   categorical: Mapping[str, Sequence[Any]], *, seed: int = 0, n_hyper: int = 24) -> Any:
     """The fully Bayesian ANOVA GP (reports._gp) on the usable trials `ok`; its knobs are
     `params` then `categorical`, in that order."""
-    from . import _gp
     from ._gp import BayesGP
 
     x, groups = _design(ok, params, categorical)
@@ -318,7 +317,7 @@ def fit_surrogate(ok: pd.DataFrame, params: Mapping[str, Mapping[str, Any]],
     # rows that are points of trials' curves (reports.curve_rows) share their trial's seed noise
     cluster = ok[CURVE_TRIAL].to_numpy() if CURVE_TRIAL in ok.columns else None
     gp = BayesGP(x, y, [groups[n] for n in names], categorical=[n in categorical for n in names], sem=sem,
-                 n_hyper=n_hyper, seed=seed, cluster=cluster, chains=_gp.CHAINS, burn=_gp.BURN)
+                 n_hyper=n_hyper, seed=seed, cluster=cluster)
     gp.n_trials = len(np.unique(cluster)) if cluster is not None else len(ok)
     return gp
 

@@ -101,9 +101,9 @@ class BayesGP:
     beside the independent noise of each point."""
 
     def __init__(self, x: np.ndarray, y: np.ndarray, groups: list[list[int]], *, categorical: list[bool],
-                 sem: np.ndarray | None = None, n_hyper: int = 24, seed: int = 0, burn: int = 200,
+                 sem: np.ndarray | None = None, n_hyper: int = 24, seed: int = 0, burn: int = BURN,
                  thin: int = 3, max_fit: int = MAX_FIT, cluster: np.ndarray | None = None,
-                 chains: int = 1) -> None:
+                 chains: int = CHAINS) -> None:
         rng = np.random.default_rng(seed)
         if len(x) > max_fit:
             keep = rng.choice(len(x), max_fit, replace=False)
@@ -219,11 +219,11 @@ class BayesGP:
         chains = max(1, min(chains, n))
         for c in range(chains):
             start = mean.copy() if c == 0 else mean + self.rng.normal(0.0, 1.0, len(mean)) * sd
-            out += self._chain(start, n // chains + (c < n % chains), burn, thin)
+            out += self._chain(start, mean, sd, n // chains + (c < n % chains), burn, thin)
         return out
 
-    def _chain(self, theta: np.ndarray, n: int, burn: int, thin: int) -> list[Hyper]:
-        mean, sd = self._prior()
+    def _chain(self, theta: np.ndarray, mean: np.ndarray, sd: np.ndarray, n: int, burn: int,
+               thin: int) -> list[Hyper]:
         ll = self._loglik(theta)
         out = []
         for it in range(burn + n * thin):

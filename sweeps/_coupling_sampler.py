@@ -163,10 +163,10 @@ class CouplingSampler(BaseSampler):
         with warnings.catch_warnings(), threadpool_limits(1):
             warnings.simplefilter("ignore")
             # a design needs where the interactions are unsure, not their exact shares: a lighter
-            # surrogate than the report's (fewer draws, at most MAX_FIT_DESIGN trials); with
-            # --seeds K the replicates' standard errors are the trials' known noise
+            # surrogate than the report's (one chain, fewer draws, at most MAX_FIT_DESIGN trials);
+            # with --seeds K the replicates' standard errors are the trials' known noise
             gp = BayesGP(x, y, groups, categorical=[n in cats for n in names], n_hyper=8, burn=80, thin=2,
-                         seed=int(self._rng.integers(2**31)), max_fit=MAX_FIT_DESIGN, sem=_sems(done))
+                         chains=1, seed=int(self._rng.integers(2**31)), max_fit=MAX_FIT_DESIGN, sem=_sems(done))
             known = np.array([self._encode(t.params, space, groups, width) for t in pending]).reshape(-1, width)
             cand = self._candidates(space, names, groups, width)
             cand = self._within_budget(study, cand, space, groups, width, metrics)
