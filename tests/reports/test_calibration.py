@@ -334,8 +334,8 @@ def test_the_demos_coupled_pair_is_never_called_one_at_a_time_on_a_design_that_c
     rise with lr above ~0.04, no LoRA does not: rank 0 measured 0.094 at lr 0.003 and at 0.06; a
     120-trial study calls the pair coupled, 33%). The random design's 35 trials left that corner
     empty (no rank-0 or rank-2 config above lr 0.04) and called the pair "no sign"; on the coupling
-    design's trials no analysis seed does, the interval reaches past 30%, and the report's own
-    seed calls it coupled."""
+    design's trials no analysis seed does and the interval reaches past 30% (its lower bound sits on
+    the 5% line: coupled under 4 of 10 seeds, inconclusive under 6; benchmarks/RESULTS.md)."""
     import pandas as pd
 
     trials = pd.read_csv(Path(__file__).parent / "data" / "demo_coupling_seed0_trials.csv")
@@ -344,5 +344,3 @@ def test_the_demos_coupled_pair_is_never_called_one_at_a_time_on_a_design_that_c
                     if {c.param_a, c.param_b} == {"lora_rank", "lr"})
         assert not pair.verdict().startswith("no sign"), (seed, pair.sentence())
         assert pair.ci_high > 0.3 and pair.strength > 0.1, (seed, pair.sentence())
-        if seed == 0:
-            assert pair.verdict().startswith("coupled"), pair.sentence()
