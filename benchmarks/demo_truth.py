@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     fixed = dict(load_space("demo").fixed)
     ranks = [int(v) for v in args.ranks.split(",")]
     lrs = [float(v) for v in args.lrs.split(",")]
+    health = HealthConfig(early_stop=False)  # the grid's diverging corner is measured, not stopped
     print(f"demo settings {fixed}, init_std {args.init_std}, {args.seeds} seeds per config; "
           "val_loss (mean of seeds); early stops off", flush=True)
     print("lora_rank " + "".join(f"{'lr ' + format(lr, 'g'):>12}" for lr in lrs), flush=True)
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
         row = []
         for lr in lrs:
             vals = [textual_inversion({**fixed, "lora_rank": r, "lr": lr, "init_std": args.init_std, "seed": s},
-                                      health=HealthConfig(early_stop=False))["val_loss"] for s in range(args.seeds)]
+                                      health=health)["val_loss"] for s in range(args.seeds)]
             row.append(statistics.fmean(vals))
         print(f"{r:>9} " + "".join(f"{v:>12.4f}" for v in row), flush=True)
 

@@ -331,8 +331,8 @@ def test_a_verdict_on_the_demos_trials_does_not_hang_on_the_analysis_seed():
 def test_the_demos_coupled_pair_is_never_called_one_at_a_time_on_a_design_that_covers_it():
     """The README demo with the coupling design (`csweep run demo --seeds 2 --sampler coupling
     --seed 0`, its 32 fitted trials saved): lora_rank x lr is coupled in truth (a LoRA makes val_loss
-    rise with lr above ~0.04, no LoRA does not: rank 0 measured 0.094 at lr 0.003 and at 0.06; a
-    120-trial study calls the pair coupled, 33%). The random design's 35 trials left that corner
+    rise with lr from ~0.03, no LoRA does not: rank 0 reads 0.095 at lr 0.003 and at 0.1, rank 8
+    0.082 and 1.08, benchmarks/demo_truth.py; a 120-trial study calls the pair coupled, 33%). The random design's 35 trials left that corner
     empty (no rank-0 or rank-2 config above lr 0.04) and called the pair "no sign"; on the coupling
     design's trials no analysis seed does and the interval reaches past 30% (its lower bound sits on
     the 5% line: coupled under 4 of 10 seeds, inconclusive under 6; benchmarks/RESULTS.md)."""
