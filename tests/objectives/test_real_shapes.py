@@ -81,11 +81,13 @@ def test_a_trial_on_the_sd15_shapes_orders_memory_as_the_knobs_say(tmp_path):
 def test_a_trial_on_the_sdxl_shapes_trains_a_lora_on_both_text_encoders(tmp_path):
     """Two steps at 64 px, batch 1, on the SDXL architecture (2.6B UNet, two text encoders, ~14 GB
     in fp32) with a LoRA on both of its text encoders: each encoder trains its own LoRA weights,
-    the loss is finite, the memory is the real model's and orders as the knobs say (gradient
-    checkpointing below none at the same config, with the same loss; rank 16 above rank 4:
-    measured 12,957 < 13,199 < 13,271 MB), and the model goes when its trials are done (the
-    process's resident memory falls below 5 GB once the cache is cleared). One model for the
-    three trials (the worker's cache): about 80 s to build and 35-40 s a trial on two cores."""
+    the loss is finite, the memory is the real model's and gradient checkpointing lowers it at the
+    same config with the same loss (measured 12,957 < 13,199 MB), and the model goes when its
+    trials are done (the process's resident memory falls below 5 GB once the cache is cleared).
+    That a higher LoRA rank holds more memory is checked on the SD 1.5 shapes: a third trial here
+    cost the suite about 100 s of its longest test. One model for both trials (the worker's
+    cache): about 80 s to build and 35-100 s a trial on two cores, with the rest of the suite
+    beside it."""
     import math
 
     from objectives._textual_inversion import cached_base_model, train
@@ -96,14 +98,13 @@ def test_a_trial_on_the_sdxl_shapes_trains_a_lora_on_both_text_encoders(tmp_path
     trained = train({**base, "lora_rank": 4}, model="random:sdxl", data=str(tmp_path))
     result, lora = trained.result, [sorted(e) for e in trained.trainables.encoders]
     del trained
-    runs = {key: train({**base, **extra}, model="random:sdxl", data=str(tmp_path)).result
-            for key, extra in {"r4-ckpt": {"lora_rank": 4, "gradient_checkpointing": True},
-                               "r16": {"lora_rank": 16}}.items()}
+    ckpt = train({**base, "lora_rank": 4, "gradient_checkpointing": True}, model="random:sdxl",
+                 data=str(tmp_path)).result
     _release(cached_base_model)  # 14 GB
     resident_mb = int(Path("/proc/self/status").read_text().split("VmRSS:")[1].split()[0]) // 1024
     assert resident_mb < 5000, resident_mb  # the model went with its trials (it once stayed: 13 GB)
     assert len(lora) == 2 and all(names and all("lora_" in n for n in names) for names in lora), lora
     assert math.isfinite(result["val_loss"]) and result["steps_run"] == 2
     assert result["peak_mem_mb"] > 10000  # the real model is there: its weights alone are ~14 GB
-    assert runs["r4-ckpt"]["peak_mem_mb"] < result["peak_mem_mb"] < runs["r16"]["peak_mem_mb"]
-    assert runs["r4-ckpt"]["val_loss"] == pytest.approx(result["val_loss"], rel=1e-4)
+    assert ckpt["peak_mem_mb"] < result["peak_mem_mb"]
+    assert ckpt["val_loss"] == pytest.approx(result["val_loss"], rel=1e-4)
