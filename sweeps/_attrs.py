@@ -16,6 +16,9 @@ SYNCED_RUNS = "mlflow_run_ids_synced"  # {trial number: run id} of runs `csweep 
 REQUEUED = "requeued_trials"  # trial numbers whose parameters a resume already queued again
 DATA_DIGEST = "data_digest"  # content digest of the training + validation data the trials saw
 STALE = "stale_trials"  # {trial number: reason} of RUNNING trials a resume found and failed
+# the scramble seed of the study's Sobol sequence (--sampler qmc, coupling's start): fixed by its
+# first run (--seed, or drawn), so that every rerun and every driver continues one sequence
+QMC_SEED = "qmc_seed"
 
 # --- trial user attrs ---------------------------------------------------------------------
 MLFLOW_RUN_ID = "mlflow_run_id"

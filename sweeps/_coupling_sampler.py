@@ -58,16 +58,18 @@ def default_startup(n_params: int) -> int:
 
 class CouplingSampler(BaseSampler):
     """An Optuna sampler (optuna.samplers.BaseSampler's interface). `pairs`: the pairs to learn
-    ([] for every pair); `n_startup`: trials drawn by scrambled Sobol first [2 x params + 2]."""
+    ([] for every pair); `n_startup`: trials drawn by scrambled Sobol first [2 x params + 2];
+    `qmc_seed`: that sequence's scramble seed [seed]."""
 
     def __init__(self, *, pairs: Sequence[tuple[str, str]] = (), n_startup: int | None = None,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, qmc_seed: int | None = None) -> None:
         import optuna
 
         self.pairs = [tuple(p) for p in pairs]
         self.n_startup = n_startup
         self.seed = seed
-        self._qmc = optuna.samplers.QMCSampler(qmc_type="sobol", scramble=True, seed=seed,
+        self._qmc = optuna.samplers.QMCSampler(qmc_type="sobol", scramble=True,
+                                               seed=seed if qmc_seed is None else qmc_seed,
                                                warn_independent_sampling=False)
         self._rng = np.random.default_rng(seed)
         self._space: dict[str, Any] | None = None

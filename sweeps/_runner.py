@@ -24,7 +24,7 @@ from ._attrs import is_replaced
 from ._driver import Driver, Outcome
 from ._lane import PENDING_DIR, MlflowLane, PendingLog
 from ._settings import RunConfig
-from ._study import describe_objectives, make_sampler, make_storage, open_study
+from ._study import describe_objectives, make_sampler, make_storage, open_study, study_qmc_seed
 from ._result import TrialResult
 from ._tracking import SAMPLES_DIR, SafeTracker, redact
 from ._workers import RayPool, in_ray_job, runtime_env, start_ray
@@ -117,14 +117,17 @@ def _open_mlflow(cfg: RunConfig, study: Any) -> tuple[SafeTracker, str, Any]:
 def _open_study(cfg: RunConfig) -> Any:
     """The study, created or loaded, with the run's settings written to it."""
     storage = make_storage(cfg.storage)
+    qmc_seed = study_qmc_seed(storage, cfg.study_name, cfg.seed)
     study = open_study(
         cfg.study_name, storage,
         sampler_factory=lambda n: make_sampler(
             cfg.sampler, seed=None if cfg.seed is None else cfg.seed + n, workers=cfg.workers,
-            pairs=[(h.x, h.y) for h in cfg.space.hypotheses],
+            pairs=[(h.x, h.y) for h in cfg.space.hypotheses], qmc_seed=qmc_seed,
         ),
         objectives=cfg.objectives,
     )
+    if cfg.sampler in ("qmc", "coupling") and A.QMC_SEED not in study.user_attrs:
+        study.set_user_attr(A.QMC_SEED, qmc_seed)
     if cfg.max_mem_mb is not None:
         study.set_user_attr(A.MAX_MEM, cfg.max_mem_mb)
     if not cfg.enqueue:  # a fresh run adds its trials to the target; a resume only completes it

@@ -57,21 +57,23 @@ def _mismatch(storage: Any, name: str, objectives: tuple[str, ...] | list[str], 
             "(--objectives): pick another --study or match its objectives")
 
 
-def make_sampler(name: str, *, seed: int | None, workers: int, pairs: Any = ()) -> Any:
+def make_sampler(name: str, *, seed: int | None, workers: int, pairs: Any = (), qmc_seed: int | None = None) -> Any:
     """A sampler by name. tpe uses the constant liar when trials run in parallel; qmc is Optuna's
     scrambled Sobol design (space-filling: the standard design for sensitivity studies);
-    coupling starts with it and then aims at the `pairs` (sweeps._coupling_sampler)."""
+    coupling starts with it and then aims at the `pairs` (sweeps._coupling_sampler). `qmc_seed`:
+    the Sobol sequence's scramble seed (the study's own, sweeps._attrs.QMC_SEED) [seed]."""
     import warnings
 
     import optuna
 
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     if name == "qmc":
-        return optuna.samplers.QMCSampler(qmc_type="sobol", scramble=True, seed=seed, warn_independent_sampling=False)
+        return optuna.samplers.QMCSampler(qmc_type="sobol", scramble=True, seed=seed if qmc_seed is None else qmc_seed,
+                                          warn_independent_sampling=False)
     if name == "coupling":
         from ._coupling_sampler import CouplingSampler
 
-        return CouplingSampler(pairs=pairs, seed=seed)
+        return CouplingSampler(pairs=pairs, seed=seed, qmc_seed=qmc_seed)
 
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed, constant_liar=workers > 1, multivariate=True)
@@ -149,6 +151,19 @@ def existing_directions(storage: Any, name: str) -> list[str] | None:
         if summary.study_name == name:
             return [d.name.lower() for d in summary.directions]
     return None
+
+
+def study_qmc_seed(storage: Any, name: str, seed: int | None) -> int:
+    """The scramble seed of a study's Sobol sequence (sweeps._attrs.QMC_SEED): the stored one,
+    else --seed, else a fresh draw (so that no sampler draws its own and warns)."""
+    import numpy as np
+
+    from . import _attrs as A
+
+    for summary in storage.get_all_studies():
+        if summary.study_name == name and summary.user_attrs.get(A.QMC_SEED) is not None:
+            return int(summary.user_attrs[A.QMC_SEED])
+    return int(seed) if seed is not None else int(np.random.SeedSequence().entropy % 2**31)
 
 
 def open_study(

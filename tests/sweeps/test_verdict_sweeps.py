@@ -77,6 +77,37 @@ def test_qmc_spreads_the_trials_and_a_rerun_continues_the_sequence(project):
     assert res.returncode == 0, res.stderr
     trials = pd.read_csv(path / "csweep_runs/reports/strong/trials.csv")
     assert len(trials) == 16 and len(trials[["x", "y", "z"]].drop_duplicates()) == 16
+    # one sequence: the two runs of 8 drew the configs that one run of 16 draws (the rerun once
+    # restarted a differently scrambled sequence)
+    res = csweep("run", "strong.yaml", "--study", "whole", "--trials", "16", "--workers", "1", "--sampler", "qmc",
+                 "--seed", "2", "--no-progress")
+    assert res.returncode == 0, res.stderr
+    whole = pd.read_csv(path / "csweep_runs/reports/whole/trials.csv")
+    assert _configs(trials) == _configs(whole)
+
+
+def _configs(trials: pd.DataFrame) -> list[tuple[float, ...]]:
+    return sorted(tuple(round(float(v), 9) for v in row) for row in trials[["x", "y", "z"]].to_numpy())
+
+
+@pytest.mark.parametrize("sampler", ["qmc", "coupling"])
+def test_an_unseeded_study_keeps_one_sobol_sequence_across_reruns(project, sampler):
+    """Without --seed the study draws its Sobol scramble seed once and stores it (the study's
+    `qmc_seed`): a rerun continues that sequence, as a seeded study does, so that the design's
+    start stays space-filling across runs (coupling's start: 2 x 3 params + 2 = 8 trials)."""
+    import optuna
+
+    path, csweep = project
+    for _ in range(2):
+        res = csweep("run", "strong.yaml", "--trials", "4", "--workers", "1", "--sampler", sampler, "--no-progress")
+        assert res.returncode == 0, res.stderr
+    storage = f"sqlite:///{path / 'csweep_runs' / 'optuna.db'}"
+    seed = optuna.load_study(study_name="strong", storage=storage).user_attrs["qmc_seed"]
+    res = csweep("run", "strong.yaml", "--study", "whole", "--trials", "8", "--workers", "1", "--sampler", sampler,
+                 "--seed", str(seed), "--no-progress")
+    assert res.returncode == 0, res.stderr
+    assert _configs(pd.read_csv(path / "csweep_runs/reports/strong/trials.csv")) == _configs(
+        pd.read_csv(path / "csweep_runs/reports/whole/trials.csv"))
 
 
 def test_seed_plan_design_spends_the_runs_on_configs_after_the_noise_floor(project):
