@@ -117,7 +117,8 @@ def _open_mlflow(cfg: RunConfig, study: Any) -> tuple[SafeTracker, str, Any]:
 def _open_study(cfg: RunConfig) -> Any:
     """The study, created or loaded, with the run's settings written to it."""
     storage = make_storage(cfg.storage)
-    qmc_seed = study_qmc_seed(storage, cfg.study_name, cfg.seed)
+    sobol = cfg.sampler in ("qmc", "coupling")  # the samplers that draw a scrambled Sobol sequence
+    qmc_seed = study_qmc_seed(storage, cfg.study_name, cfg.seed) if sobol else None
     study = open_study(
         cfg.study_name, storage,
         sampler_factory=lambda n: make_sampler(
@@ -126,7 +127,7 @@ def _open_study(cfg: RunConfig) -> Any:
         ),
         objectives=cfg.objectives,
     )
-    if cfg.sampler in ("qmc", "coupling") and A.QMC_SEED not in study.user_attrs:
+    if sobol and A.QMC_SEED not in study.user_attrs:
         study.set_user_attr(A.QMC_SEED, qmc_seed)
     if cfg.max_mem_mb is not None:
         study.set_user_attr(A.MAX_MEM, cfg.max_mem_mb)

@@ -145,12 +145,18 @@ def retry_on_race(make: Callable[[], Any], tries: int = 4) -> Any:
     raise AssertionError("unreachable")
 
 
+def _study_id(storage: Any, name: str) -> int | None:
+    """The id of the stored study of that name (one lookup by name), or None when there is none."""
+    try:
+        return storage.get_study_id_from_name(name)
+    except KeyError:
+        return None
+
+
 def existing_directions(storage: Any, name: str) -> list[str] | None:
     """Directions of a stored study of that name, or None when there is none."""
-    for summary in storage.get_all_studies():
-        if summary.study_name == name:
-            return [d.name.lower() for d in summary.directions]
-    return None
+    sid = _study_id(storage, name)
+    return None if sid is None else [d.name.lower() for d in storage.get_study_directions(sid)]
 
 
 def study_qmc_seed(storage: Any, name: str, seed: int | None) -> int:
@@ -160,9 +166,10 @@ def study_qmc_seed(storage: Any, name: str, seed: int | None) -> int:
 
     from . import _attrs as A
 
-    for summary in storage.get_all_studies():
-        if summary.study_name == name and summary.user_attrs.get(A.QMC_SEED) is not None:
-            return int(summary.user_attrs[A.QMC_SEED])
+    sid = _study_id(storage, name)
+    stored = None if sid is None else storage.get_study_user_attrs(sid).get(A.QMC_SEED)
+    if stored is not None:
+        return int(stored)
     return int(seed) if seed is not None else int(np.random.SeedSequence().entropy % 2**31)
 
 
