@@ -794,12 +794,18 @@ def cmd_ui(a: argparse.Namespace) -> int:
     terminated = []
 
     def on_sigterm(*_: Any) -> None:
+        # the server's group is stopped and its wait returns: no exception is raised into whatever
+        # runs when the signal lands (an import of MLflow's client once let it escape: exit -2)
         terminated.append(True)
-        raise KeyboardInterrupt
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        return _serve(proc, a, tracking)
+        code = _serve(proc, a, tracking)
+        return 143 if terminated else code
     except KeyboardInterrupt:
         return 143 if terminated else 0
     finally:
