@@ -95,7 +95,7 @@ def main() -> None:
     ap.add_argument("--only", choices=("curves", "tiny"))
     ap.add_argument("--studies", type=int, default=5)
     ap.add_argument("--trials", type=int, default=40)
-    ap.add_argument("--tiny-trials", type=int, default=16)
+    ap.add_argument("--tiny-trials", type=int, default=40)
     a = ap.parse_args()
     import warnings
 

@@ -481,6 +481,9 @@ def train(
     for (emb, _), ce in zip(saved_embs, concept_embs):
         emb.token_embedding = ce
     val_every = cfg["val_every"] or default_val_every(cfg["steps"], int(cache["val_lat"].shape[0]), cfg["batch_size"])
+    # with `val_every` left to its default and early stops on, also validate at each rung, so that
+    # a rung judges the trial at its own step (at 1/9 of the steps, not at the next validation)
+    rung_at = set(report.rung_steps()) if cfg["val_every"] is None and hasattr(report, "rung_steps") else set()
     try:
         val_started = time.perf_counter()
         first = validate(final=False)
@@ -599,7 +602,7 @@ def train(
                 stopped = exc
                 break
             done = step + 1  # steps trained; the last one is validated with the final checks below
-            if done % val_every == 0 and done < cfg["steps"]:
+            if (done % val_every == 0 or done in rung_at) and done < cfg["steps"]:
                 val_started = time.perf_counter()
                 for ce in concept_embs:
                     ce.grad_scale = None

@@ -360,12 +360,10 @@ def check_curve_options(a: argparse.Namespace, space: SearchSpace, fixed: dict[s
         raise UsageError("--early-stop dominated: the rungs are fractions of a trial's `steps`; the space has no "
                          "int parameter `steps` (fixed or sampled)")
     err = check_rungs(rungs, min(steps))
-    if err is None and objective.builtin:
-        from objectives import default_val_every
-
+    if err is None and objective.builtin:  # a default val_every validates at the rungs too
         _, every = _extremes(space, fixed, "val_every")
         for n in steps:
-            for ve in [v if v is not None else default_val_every(n) for v in every] or [default_val_every(n)]:
+            for ve in [v for v in every if v is not None]:
                 first = min(rung_steps(rungs, n))
                 if math.ceil(first / ve) * ve >= n:
                     err = (f"--rungs {a.rungs}: a trial of {n} steps validating every {ve} steps has no "

@@ -131,6 +131,11 @@ class RungBoard:
         self.passed[(trial, seed)] = k
         return "", 0
 
+    def rung_steps(self, steps: int) -> list[int]:
+        """The steps at which a trial of `steps` steps meets its rungs (where the built-in
+        objective, with `val_every` left to its default, also validates)."""
+        return [s for s in rung_steps(self.fractions, steps) if s < steps]
+
     def value(self, trial: int, step: int) -> float | None:
         """A trial's value at `step`: its replicates' mean over those that measured it."""
         values = [v for c in self.curves.get(trial, {}).values() if (v := _at(c, step)) is not None]
@@ -204,9 +209,21 @@ class BoardReporter:
         self.board, self.trial, self.seed, self.steps = board, trial, seed, steps
         self.last_rung = 0
 
+    def _remote(self) -> bool:
+        return hasattr(self.board, "report") and hasattr(self.board.report, "remote")
+
+    def rung_steps(self) -> list[int]:
+        """The steps of this trial's rungs: a trial that validates there is judged at each rung
+        where it is placed, not at its next validation after it."""
+        if self._remote():
+            import ray
+
+            return list(ray.get(self.board.rung_steps.remote(self.steps)))
+        return self.board.rung_steps(self.steps)
+
     def __call__(self, step: int, values: Mapping[str, Any]) -> str:
         clean = {k: float(v) for k, v in values.items() if k in ("val_loss", "peak_mem_mb")}
-        if hasattr(self.board, "report") and hasattr(self.board.report, "remote"):
+        if self._remote():
             import ray
 
             reason, rung = ray.get(self.board.report.remote(self.trial, self.seed, self.steps, step, clean))

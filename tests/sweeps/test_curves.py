@@ -186,6 +186,16 @@ def test_the_builtin_validates_during_training_and_score_best_is_the_best_steps_
     from objectives import default_val_every
 
     assert default_val_every(1000, 9, 4) == 125 and default_val_every(80, 0, 4) == 10
+    # under --early-stop dominated the default also validates at each rung's step (1/9, 2/9, ...,
+    # 2/3 of 20 steps: 3, 5, 7, 9, 12, 14), so a rung judges the trial where it is placed; a
+    # val_every the user gave is kept as it is
+    from sweeps._rungs import BoardReporter
+
+    ruled = train({"lr": 5e-3, "seed": 1, "steps": 20}, report=BoardReporter(RungBoard(), 0, 0, 20)).result
+    assert [p["step"] for p in ruled["curve"]] == [0, 3, 5, 7, 9, 12, 14, 18, 20]
+    given = train({"lr": 5e-3, "seed": 1, "steps": 20, "val_every": 10},
+                  report=BoardReporter(RungBoard(), 0, 0, 20)).result
+    assert [p["step"] for p in given["curve"]] == [0, 10, 20]
 
 
 # --- through csweep run ------------------------------------------------------------------------
