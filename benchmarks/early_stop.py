@@ -6,8 +6,9 @@ Two objectives:
   set by lr and rank, a high lr overfits, memory grows with rank), 90 steps validated every 10,
   2 ms a step; a third arm runs every trial to its end under other seed noise, which says how
   much the front's hypervolume moves with the noise alone.
-- `tiny`: the built-in objective on the tiny model, LoRA rank (memory) x lr x init_std, 80 steps
-  (validated every 10, the default).
+- `tiny`: the built-in objective on the tiny model, LoRA rank (memory) x lr x init_std, 80 steps,
+  40 trials; with `val_every` at its default (every 18th step, and under `--early-stop
+  dominated` also at each rung's step) and with `val_every: 10`.
 
 Per study: trial-steps trained, wall time of the sweep, and the final front's hypervolume, every
 front of a study measured against one reference point (csweep's rule on the study without early
