@@ -351,6 +351,11 @@ def _quad_value(pos: np.ndarray) -> np.ndarray:
     return (pos + 0.5) / QUAD
 
 
+def coupling_min_trials(knobs: int) -> int:
+    """Usable trials the coupling analysis needs before it reads anything: 8, or knobs + 3."""
+    return max(8, knobs + 3)
+
+
 def coupling_analysis(
     ok: pd.DataFrame,
     params: Mapping[str, Mapping[str, Any]],
@@ -372,7 +377,7 @@ def coupling_analysis(
     categorical = {k: list(v) for k, v in (categorical or {}).items() if len(v) >= 2}
     ok = ok.dropna(subset=["val_loss", *params, *categorical])
     names = list(params) + list(categorical)
-    if len(names) < 2 or len(ok) < max(8, len(names) + 3):
+    if len(names) < 2 or len(ok) < coupling_min_trials(len(names)):
         return []
     index = {name: i for i, name in enumerate(names)}
     all_pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]

@@ -180,6 +180,10 @@ def analyse(study: Any, *, n_boot: int = 48) -> StudyReport:
                 f"{compute['trial_seconds_saved_by_early_stop_est']:.0f} trial-seconds saved; "
                 f"{compute['steps_trained']} steps trained.")
     summary["score"] = score
+    if not couplings:
+        summary["no_verdict_reason"] = _no_verdict_reason(
+            len(fit), len(numeric) + sum(len(v) >= 2 for v in categorical.values()),
+            compute["stopped_at_a_rung"] if compute else 0, steps_sampled="steps" in numeric)
     extras = {"feasible", "fidelity", "outcome", *NOISE_COLUMNS, *FIDELITY_NOISE_COLUMNS, *CURVE_COLUMNS,
               "health", "node_id", "rerun_of", "reason"}
     return StudyReport(
@@ -188,6 +192,25 @@ def analyse(study: Any, *, n_boot: int = 48) -> StudyReport:
         [c for c in trials.columns[5:] if c not in extras], ok, noise, sentences, objectives,
         _left_out_sentence(left_out, len(fit)) if len(left_out) else "",
     )
+
+
+def _no_verdict_reason(fitted: int, knobs: int, stopped: int, *, steps_sampled: bool) -> str:
+    """Why the page has no coupling verdict, and what to do about it."""
+    from ._analysis import coupling_min_trials
+
+    if knobs < 2:
+        return "No coupling verdict: the study samples fewer than two knobs, so there is no pair to read."
+    need = coupling_min_trials(knobs)
+    if fitted >= need:
+        return f"No coupling verdict could be read from the {fitted} fitted trials."
+    text = f"Not enough usable trials for a coupling verdict yet: {fitted} fitted, {need} needed"
+    if stopped and not steps_sampled:
+        text += (f". The {stopped} trials that --early-stop dominated stopped at a rung are not in the fits (a "
+                 "stopped trial's curve counts as observations only where `steps` is a sampled knob): to read "
+                 "couplings, run trials to their end (without --early-stop dominated), or sample `steps`")
+    elif fitted < need:
+        text += f": about {need - fitted} more trials"
+    return text + "."
 
 
 def shared_surrogate(fit: pd.DataFrame, numeric: dict[str, Any], categorical: dict[str, Any], *,

@@ -376,3 +376,34 @@ def test_every_kind_of_pair_is_drawn_and_a_figure_that_fails_is_left_out_with_a_
             assert files[name].stat().st_size > 0
     finally:  # the study is module-wide
         messy_study.set_user_attr("space", before)
+
+
+def test_a_page_without_verdicts_says_why_and_what_to_do(tmp_path):
+    """Five trials ran to their end and twelve were stopped at a rung by --early-stop dominated:
+    the page says how many trials the coupling analysis has and needs, and that the stopped ones
+    are out of the fits; with nothing stopped it says how many more trials to run."""
+    dists = {"lr": FloatDistribution(1e-3, 1e-1, log=True), "rank": FloatDistribution(1, 8)}
+    rng = np.random.default_rng(0)
+
+    def study_of(name: str, stopped: int) -> optuna.Study:
+        study = optuna.create_study(study_name=name, storage=f"sqlite:///{tmp_path / name}.db",
+                                    directions=["minimize", "minimize"])
+        for i in range(5 + stopped):
+            p = {"lr": float(10 ** rng.uniform(-3, -1)), "rank": float(rng.uniform(1, 8))}
+            attrs = {"steps_planned": 90, "steps_run": 90, "val_curve": [[0, 1.5], [20, 1.2], [90, 1.0]]}
+            if i < 5:
+                study.add_trial(create_trial(values=[float(rng.normal(1, 0.1)), 10 * p["rank"]], params=p,
+                                             distributions=dists, user_attrs=attrs))
+            else:
+                study.add_trial(create_trial(state=TrialState.PRUNED, params=p, distributions=dists,
+                                             user_attrs={**attrs, "steps_run": 20, "rung": 2,
+                                                         "val_curve": [[0, 1.5], [20, 1.4]],
+                                                         "prune_reason": "dominated at rung 2 (step 20)"}))
+        return study
+
+    page = write_study_report(study_of("stopped", 12), tmp_path / "a", n_boot=5)["index.html"].read_text()
+    assert "5 fitted, 8 needed" in page and "The 12 trials that --early-stop dominated stopped" in page
+    assert "run trials to their end" in page
+    summary = json.loads(write_study_report(study_of("few", 0), tmp_path / "b", n_boot=5)["summary.json"].read_text())
+    assert summary["no_verdict_reason"] == ("Not enough usable trials for a coupling verdict yet: 5 fitted, 8 needed: "
+                                            "about 3 more trials.")
