@@ -146,17 +146,22 @@ class RungBoard:
         of its last validation interval, then g r, g r^2, ... to its last step, r the ratio of its
         last two gains (at most 0.9, so that the sum stays finite; 0.8 before it has two gains).
         Exact for an exponential approach to a floor, which is what a converging loss curve looks
-        like. Its value at `step` when it is not improving; None before its second validation."""
-        seen = sorted({s for c in self.curves.get(trial, {}).values() for s in c if s <= step})
+        like. Its value at `step` when it is not improving; None before its second validation.
+        With --seeds K each replicate is extrapolated from its own curve and the trial's end is
+        their mean: replicates validate at their own pace, and a gain read from the mean of two at
+        one step and from one alone at the next is the two seeds' difference, not a gain."""
+        ends = [e for c in self.curves.get(trial, {}).values() if (e := self._extrapolate(c, step, steps)) is not None]
+        return sum(ends) / len(ends) if ends else None
+
+    def _extrapolate(self, curve: Mapping[int, float], step: int, steps: int) -> float | None:
+        """One replicate's optimistic end from its validations up to `step` (optimistic)."""
+        seen = sorted(s for s in curve if s <= step)
         if len(seen) < 2:
             return None
         a, b = seen[-2], seen[-1]
-        va, vb = self.value(trial, a), self.value(trial, b)
-        if va is None or vb is None:
-            return None
+        va, vb = curve[a], curve[b]
         g = max(0.0, va - vb)
-        vz = self.value(trial, seen[-3]) if len(seen) >= 3 else None
-        g_prev = max(0.0, vz - va) if vz is not None else 0.0
+        g_prev = max(0.0, curve[seen[-3]] - va) if len(seen) >= 3 else 0.0
         r = min(self.ratio_max, g / g_prev) if g_prev > 0 else self.ratio_cap
         intervals = (steps - b) / (b - a)
         remaining = g * r * (1 - r ** intervals) / (1 - r) if r < 1 else g * intervals

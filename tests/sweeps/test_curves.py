@@ -97,6 +97,23 @@ def test_a_slow_starter_that_may_still_catch_up_is_kept_a_flat_one_is_stopped():
     assert board.optimistic(2, 30, 90) == pytest.approx(0.8 - 0.01 * 0.5 * (1 - 0.5 ** 6) / 0.5)
 
 
+def test_replicates_that_validate_at_their_own_pace_are_each_extrapolated_from_their_own_curve():
+    """--seeds 2: seed 1 has reported step 4 only (it runs lower), seed 0 steps 4 and 7. Seed 0
+    is still improving (0.0926 -> 0.0900) and would end near 0.0815, below the 0.085 a finished
+    trial of the same memory reached: it goes on. A gain read from the replicates' mean at step 4
+    and seed 0 alone at step 7 was negative, so the trial was read as flat and stopped (the
+    README demo's space with --seeds 2 lost front trials to it)."""
+    board = RungBoard(fractions=(4 / 30, 7 / 30), min_reached=1)
+    _feed(board, 0, 21.4, {4: 0.09, 7: 0.088, 30: 0.085}, steps=30)
+    assert _feed(board, 1, 21.4, {4: 0.080}, steps=30, seed=1) == ("", 0)
+    assert _feed(board, 1, 21.4, {4: 0.0926, 7: 0.0900}, steps=30, seed=0) == ("", 0)
+    assert board.optimistic(1, 7, 30) == pytest.approx(0.09 - 0.0026 * 0.8 * (1 - 0.8 ** (23 / 3)) / 0.2)
+    # once both have two points, the trial's end is the mean of the two extrapolations
+    _feed(board, 1, 21.4, {4: 0.080, 7: 0.079}, steps=30, seed=1)
+    assert board.optimistic(1, 7, 30) == pytest.approx(
+        (0.09 - 0.0026 * 4 * (1 - 0.8 ** (23 / 3)) + 0.079 - 0.001 * 4 * (1 - 0.8 ** (23 / 3))) / 2)
+
+
 # --- a plug-in that reports its curve ------------------------------------------------------------
 def test_a_generator_plug_in_reports_each_point_and_is_closed_when_stopped():
     closed = []
