@@ -62,6 +62,7 @@ def render_page(rep: Any, *, images: Mapping[str, Path], figure: Any, tracking_u
         "<h2>Conclusions</h2>",
         f"<ul class='conclusions'>{conclusions}</ul>" if conclusions else
         f"<p class='no-verdict'>{esc(s.get('no_verdict_reason') or 'Not enough usable trials for a coupling verdict yet.')}</p>",
+        f"<p class='early-stop-note'>{esc(s['early_stop_note'])}</p>" if s.get("early_stop_note") else "",
         f"<p class='muted'>Hypervolume reference point ({esc(s['reference_point_rule'])}): [{ref}].</p>",
         f"<p>Training health: {health}.</p>" if health else "",
         "<h2>Seed noise</h2>", "".join(f"<p>{esc(x)}</p>" for x in rep.sentences),

@@ -180,10 +180,16 @@ def analyse(study: Any, *, n_boot: int = 48) -> StudyReport:
                 f"{compute['trial_seconds_saved_by_early_stop_est']:.0f} trial-seconds saved; "
                 f"{compute['steps_trained']} steps trained.")
     summary["score"] = score
+    stopped = compute["stopped_at_a_rung"] if compute else 0
+    if stopped and "steps" not in numeric:
+        summary["early_stop_note"] = (
+            f"The {stopped} trials that --early-stop dominated stopped at a rung are not in the coupling and law fits "
+            "(a stopped trial's curve counts as observations only where `steps` is a sampled knob), and more trials "
+            "under early stops add few: to read couplings, run trials to their end (without --early-stop dominated), "
+            "or sample `steps`.")
     if not couplings:
         summary["no_verdict_reason"] = _no_verdict_reason(
-            len(fit), len(numeric) + sum(len(v) >= 2 for v in categorical.values()),
-            compute["stopped_at_a_rung"] if compute else 0, steps_sampled="steps" in numeric)
+            len(fit), len(numeric) + sum(len(v) >= 2 for v in categorical.values()), early_stops="early_stop_note" in summary)
     extras = {"feasible", "fidelity", "outcome", *NOISE_COLUMNS, *FIDELITY_NOISE_COLUMNS, *CURVE_COLUMNS,
               "health", "node_id", "rerun_of", "reason"}
     return StudyReport(
@@ -194,8 +200,9 @@ def analyse(study: Any, *, n_boot: int = 48) -> StudyReport:
     )
 
 
-def _no_verdict_reason(fitted: int, knobs: int, stopped: int, *, steps_sampled: bool) -> str:
-    """Why the page has no coupling verdict, and what to do about it."""
+def _no_verdict_reason(fitted: int, knobs: int, *, early_stops: bool) -> str:
+    """Why the page has no coupling verdict, and what to do about it (the early stops' own note
+    follows it where they kept trials out of the fits)."""
     from ._analysis import coupling_min_trials
 
     if knobs < 2:
@@ -204,13 +211,7 @@ def _no_verdict_reason(fitted: int, knobs: int, stopped: int, *, steps_sampled: 
     if fitted >= need:
         return f"No coupling verdict could be read from the {fitted} fitted trials."
     text = f"Not enough usable trials for a coupling verdict yet: {fitted} fitted, {need} needed"
-    if stopped and not steps_sampled:
-        text += (f". The {stopped} trials that --early-stop dominated stopped at a rung are not in the fits (a "
-                 "stopped trial's curve counts as observations only where `steps` is a sampled knob): to read "
-                 "couplings, run trials to their end (without --early-stop dominated), or sample `steps`")
-    elif fitted < need:
-        text += f": about {need - fitted} more trials"
-    return text + "."
+    return text + ("." if early_stops else f": about {need - fitted} more trials.")
 
 
 def shared_surrogate(fit: pd.DataFrame, numeric: dict[str, Any], categorical: dict[str, Any], *,

@@ -403,7 +403,7 @@ def test_a_page_without_verdicts_says_why_and_what_to_do(tmp_path):
 
     page = write_study_report(study_of("stopped", 12), tmp_path / "a", n_boot=5)["index.html"].read_text()
     assert "5 fitted, 8 needed" in page and "The 12 trials that --early-stop dominated stopped" in page
-    assert "run trials to their end" in page
+    assert "run trials to their end" in page and "about 3 more" not in page
     summary = json.loads(write_study_report(study_of("few", 0), tmp_path / "b", n_boot=5)["summary.json"].read_text())
     assert summary["no_verdict_reason"] == ("Not enough usable trials for a coupling verdict yet: 5 fitted, 8 needed: "
                                             "about 3 more trials.")
