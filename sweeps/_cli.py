@@ -515,6 +515,11 @@ def sample_settings(space: Any, a: argparse.Namespace, *, builtin: bool) -> dict
 
 def cmd_run(a: argparse.Namespace) -> int:
     cfg = run_config(a)
+    if cfg.early_stop == "dominated" and (cfg.until_decisive or cfg.sampler == "coupling") \
+            and not any(p.name == "steps" for p in cfg.space.params):
+        print("csweep: note: --early-stop dominated keeps the trials it stops out of the coupling fits (`steps` "
+              f"is not sampled), so {'--until-decisive' if cfg.until_decisive else '--sampler coupling'} has fewer "
+              "trials to decide with; leave it off for a coupling question", file=sys.stderr)
     if a.dry_run:
         return dry_run(cfg, a.dry_run)
     from ._runner import run_sweep

@@ -123,3 +123,10 @@ def test_dry_run_trains_configs_for_two_steps_and_writes_nothing(tmp_path, capsy
     assert len(above) == sum(p > 20 for p in peaks)
     assert "nothing was added to any study" in out
     assert not (tmp_path / "w").exists() and not list(tmp_path.iterdir())
+    # early stops beside a coupling question: a note before anything runs (the stopped trials
+    # are out of the coupling fits), and the run goes on
+    rc = main(["run", "lora_embed", "--dry-run", "1", "--sampler", "coupling", "--early-stop", "dominated",
+               "--workdir", str(tmp_path / "w")])
+    err = capsys.readouterr().err
+    assert rc == 0 and "note: --early-stop dominated keeps the trials it stops out of the coupling fits" in err
+    assert "--sampler coupling has fewer trials" in err
