@@ -490,6 +490,8 @@ def train(
         val_init = first["val_loss"]
         curve = ValidationCurve(trainables.named() if score == "best" else None)
         curve.add(0, first, time.perf_counter() - val_started)
+        if report is not None:  # the curve's first point, as a plug-in yields it (no rung at step 0;
+            report(0, {"val_loss": val_init})  # its memory is known from the first step on)
         # 4) AdamW: embedding lr = ratio x lr; LR warmup from diffusers.optimization
         from diffusers.optimization import get_scheduler
 

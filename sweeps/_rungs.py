@@ -161,7 +161,9 @@ class RungBoard:
         a, b = seen[-2], seen[-1]
         va, vb = curve[a], curve[b]
         g = max(0.0, va - vb)
-        g_prev = max(0.0, curve[seen[-3]] - va) if len(seen) >= 3 else 0.0
+        # the drop from step 0 (the untrained start) is no gain of the curve's tail: a ratio to it
+        # would read every curve as flat at its second validation
+        g_prev = max(0.0, curve[seen[-3]] - va) if len(seen) >= 3 and seen[-3] > 0 else 0.0
         r = min(self.ratio_max, g / g_prev) if g_prev > 0 else self.ratio_cap
         intervals = (steps - b) / (b - a)
         remaining = g * r * (1 - r ** intervals) / (1 - r) if r < 1 else g * intervals

@@ -208,8 +208,12 @@ def test_the_builtin_validates_during_training_and_score_best_is_the_best_steps_
     # val_every the user gave is kept as it is
     from sweeps._rungs import BoardReporter
 
-    ruled = train({"lr": 5e-3, "seed": 1, "steps": 20}, report=BoardReporter(RungBoard(), 0, 0, 20)).result
+    board = RungBoard()
+    ruled = train({"lr": 5e-3, "seed": 1, "steps": 20}, report=BoardReporter(board, 0, 0, 20)).result
     assert [p["step"] for p in ruled["curve"]] == [0, 3, 5, 7, 9, 12, 14, 18, 20]
+    # the board sees every point of the curve, step 0 included (as a plug-in yields it), so a
+    # trial is judged at its first rung with two points
+    assert sorted(board.curves[0][0]) == [0, 3, 5, 7, 9, 12, 14, 18, 20]
     given = train({"lr": 5e-3, "seed": 1, "steps": 20, "val_every": 10},
                   report=BoardReporter(RungBoard(), 0, 0, 20)).result
     assert [p["step"] for p in given["curve"]] == [0, 10, 20]
