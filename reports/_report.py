@@ -17,6 +17,7 @@ from ._analysis import (
     Objectives,
     coupling_analysis,
     coupling_frame,
+    coupling_min_trials,
     fit_power_law,
     fit_surrogate,
     noise_floor,
@@ -181,7 +182,8 @@ def analyse(study: Any, *, n_boot: int = 48) -> StudyReport:
                 f"{compute['steps_trained']} steps trained.")
     summary["score"] = score
     stopped = compute["stopped_at_a_rung"] if compute else 0
-    if stopped and "steps" not in numeric:
+    out_of_fits = bool(stopped) and "steps" not in numeric  # a stopped trial's curve is data only with steps sampled
+    if out_of_fits:
         summary["early_stop_note"] = (
             f"The {stopped} trials that --early-stop dominated stopped at a rung are not in the coupling and law fits "
             "(a stopped trial's curve counts as observations only where `steps` is a sampled knob), and more trials "
@@ -189,7 +191,7 @@ def analyse(study: Any, *, n_boot: int = 48) -> StudyReport:
             "or sample `steps`.")
     if not couplings:
         summary["no_verdict_reason"] = _no_verdict_reason(
-            len(fit), len(numeric) + sum(len(v) >= 2 for v in categorical.values()), early_stops="early_stop_note" in summary)
+            len(fit), len(numeric) + sum(len(v) >= 2 for v in categorical.values()), early_stops=out_of_fits)
     extras = {"feasible", "fidelity", "outcome", *NOISE_COLUMNS, *FIDELITY_NOISE_COLUMNS, *CURVE_COLUMNS,
               "health", "node_id", "rerun_of", "reason"}
     return StudyReport(
@@ -203,8 +205,6 @@ def analyse(study: Any, *, n_boot: int = 48) -> StudyReport:
 def _no_verdict_reason(fitted: int, knobs: int, *, early_stops: bool) -> str:
     """Why the page has no coupling verdict, and what to do about it (the early stops' own note
     follows it where they kept trials out of the fits)."""
-    from ._analysis import coupling_min_trials
-
     if knobs < 2:
         return "No coupling verdict: the study samples fewer than two knobs, so there is no pair to read."
     need = coupling_min_trials(knobs)
