@@ -45,10 +45,29 @@ def render_page(rep: Any, *, images: Mapping[str, Path], figure: Any, tracking_u
     # what a user may do: the decided verdicts first, then what the trials cannot decide yet
     decided = [c for c in rep.couplings if c.decided]
     undecided = [c for c in rep.couplings if not c.decided]
-    conclusions = "".join(f"<li class='decided'>{esc(c.advice())}</li>" for c in decided)
+    # per pair: together because of the boundary (where runs break), of the loss, both, or neither
+    stab = getattr(rep, "stability", None)
+    moved = [b for b in (stab.boundaries if stab else []) if b.verdict_key == "coupled" and b.side != "levels"]
+    shown_moved: set[frozenset[str]] = set()
+    conclusions = ""
+    for b in moved:
+        key = frozenset((b.param, b.by))
+        if key not in shown_moved:
+            shown_moved.add(key)
+            conclusions += f"<li class='boundary'><b>Because of where runs break:</b> {esc(b.advice())}</li>"
+    conclusions += "".join(f"<li class='decided'>{esc(c.advice())}</li>" for c in decided)
     conclusions += "".join(f"<li class='law'>{esc(f.sentence())}</li>" for f in rep.laws if f.stated)
     conclusions += "".join(f"<li class='undecided'>{esc(c.advice())}</li>" for c in undecided)
+    pairs = getattr(rep, "pairs", None) or []
+    because = "".join(
+        f"<tr><td>{esc(p['param_a'])} × {esc(p['param_b'])}</td><td>{esc(p['loss'] or 'no fit')}</td>"
+        f"<td>{esc(p['boundary'] or 'no fit')}</td><td><b>{esc(_BECAUSE[p['because']])}</b></td></tr>" for p in pairs)
+    if because:
+        conclusions += ("<li class='pairs'>Per pair, why to choose the knobs together:<table class='csweep-table'>"
+                        "<tr><th>pair</th><th>loss (runs that converged)</th><th>boundary (where runs break)</th>"
+                        f"<th>choose</th></tr>{because}</table></li>")
     from ._analysis import coupling_frame, scaling_frame
+    from ._stability import MOVED_ABOVE, stability_frame
 
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
@@ -81,6 +100,16 @@ def render_page(rep: Any, *, images: Mapping[str, Path], figure: Any, tracking_u
         f"<p class='left-out'>{esc(rep.fit_note)}</p>" if rep.fit_note else "",
         f"<ul>{couplings}</ul>",
         f"<div class='scroll'>{html_table(coupling_frame(rep.couplings))}</div>" if rep.couplings else "",
+        "<h2>Where training breaks</h2><p class='muted'>Every run that ran, converged or not (each seed a run), "
+        "read by a Bayesian logistic model of P(a run does not converge) on the knobs. Per pair: does one knob move the "
+        "range of the other where runs train stably? Coupled: across its own range it moves the other's ceiling (or "
+        f"floor) by more than {MOVED_ABOVE:.0%} of that knob's range, both ways, with 95% posterior probability; "
+        "no sign: by less. <code>ratio</code>: the ceiling of <code>param</code> at <code>by</code>'s high end over "
+        "its low end.</p>",
+        f"<p class='stability-reason'>{esc(stab.reason)}</p>" if stab is not None and stab.reason else "",
+        _stability_list(stab, esc),
+        f"<div class='scroll'>{html_table(stability_frame(stab).drop(columns=['advice']))}</div>"
+        if stab is not None and stab.boundaries else "",
         "<h2>Fitted laws</h2>", f"<ul>{laws}</ul>",
         f"<div class='scroll'>{html_table(scaling_frame(rep.laws))}</div>" if rep.laws else "",
     ]
@@ -95,6 +124,25 @@ def render_page(rep: Any, *, images: Mapping[str, Path], figure: Any, tracking_u
         "</div></body></html>",
     ]
     return "\n".join(parts)
+
+
+_BECAUSE = {"loss and boundary": "together: loss and boundary", "boundary": "together: the boundary",
+            "loss": "together: the loss", "neither": "one at a time", "undecided": "not decided yet"}
+
+
+def _stability_list(stab: Any, esc: Any) -> str:
+    """One line per unordered pair: the ordered pair whose boundary moves most, its advice."""
+    if stab is None or not stab.boundaries:
+        return ""
+    seen: set[frozenset[str]] = set()
+    items = []
+    for b in stab.boundaries:
+        key = frozenset((b.param, b.by))
+        if key in seen or (b.side == "levels" and any(o.param == b.by and o.by == b.param for o in stab.boundaries)):
+            continue
+        seen.add(key)
+        items.append(f"<li>{esc(b.param)} by {esc(b.by)}: {esc(b.verdict())}. {esc(b.advice())}</li>")
+    return f"<ul class='stability'>{''.join(items)}</ul>"
 
 
 def _compute_cards(s: Mapping[str, Any]) -> str:

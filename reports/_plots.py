@@ -307,11 +307,22 @@ HEALTH_STYLE = {
 
 
 def health_png(trials: pd.DataFrame, x: str, y: str, logs: Mapping[str, bool], path: Path, *,
-               categorical: Mapping[str, Sequence[Any]] | None = None) -> Path:
-    """Where in a parameter pair the trials diverged, collapsed or stayed healthy: the stability
-    boundary of the pair (pruned trials included, at the parameters they were stopped with)."""
+               categorical: Mapping[str, Sequence[Any]] | None = None,
+               boundary: Mapping[str, np.ndarray] | None = None) -> Path:
+    """Where in a parameter pair the trials diverged, collapsed or stayed healthy (pruned trials
+    included, at the parameters they were stopped with), with the stability analysis's fitted
+    boundary (the other knobs at the middle of their ranges) and its 95% band when given
+    (reports._stability.StabilityResult.grid)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5.6, 4.4), dpi=110)
+    if boundary is not None:
+        share = boundary["share"]
+        if share.min() < 0.5 < share.max():
+            ax.contour(boundary["x"], boundary["y"], share, levels=[0.5], colors="#444", linewidths=1.4)
+            ax.plot([], [], c="#444", lw=1.4, label="fitted boundary")
+        if share.min() < 0.975 and share.max() > 0.025:
+            ax.contourf(boundary["x"], boundary["y"], share, levels=[0.025, 0.975], colors=["#999"], alpha=0.18)
+            ax.fill_between([], [], color="#999", alpha=0.18, label="its 95% band")
     shown = trials.dropna(subset=[x, y])
     shown = shown[shown["health"].astype(str) != ""]
     for state, group in shown.groupby("health"):

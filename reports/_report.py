@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ._analysis import (
+    COUPLED_ABOVE,
     Objectives,
     coupling_analysis,
     coupling_frame,
@@ -40,7 +41,9 @@ from ._plots import (
 )
 from sweeps import _attrs as A
 
+from ._stability import StabilityResult, pair_conclusions, stability_analysis, stability_frame
 from ._tables import (
+    AT_EDGE,
     CURVE_COLUMNS,
     FIDELITY_NOISE_COLUMNS,
     NOISE_COLUMNS,
@@ -51,6 +54,7 @@ from ._tables import (
     curves_of,
     numeric_params,
     pareto_frame,
+    stability_runs_of,
     trials_frame,
     usable,
     write_table,
@@ -78,6 +82,8 @@ class StudyReport:
     objectives: Objectives = field(default_factory=Objectives)
     fit_note: str = ""  # which usable trials the coupling, law and noise analyses left out, and why
     figure_notes: list[str] = field(default_factory=list)  # figures that could not be drawn, and why
+    stability: StabilityResult = field(default_factory=StabilityResult)  # where training breaks
+    pairs: list[dict[str, Any]] = field(default_factory=list)  # per pair: together because of loss, boundary, neither
 
 
 def _noise_and_spread(ok: pd.DataFrame, metric: str) -> tuple[Any, float | None]:
@@ -112,10 +118,18 @@ def analyse(study: Any, *, n_boot: int = 48) -> StudyReport:
         if h.get("law") == "power" and h["x"] in trials.columns and h["y"] in trials.columns:
             laws.append(fit_power_law(fit, h["x"], h["y"], params=numeric, categorical=categorical,
                                       n_boot=max(n_boot, 10), gp=gp))
+    # where training breaks: every run that ran, converged or not (one row per seed replicate)
+    stability = stability_analysis(stability_runs_of(study, trials), numeric, categorical=categorical)
+    pairs = pair_conclusions(couplings, stability)
     noise, spread = _noise_and_spread(fit, "val_loss")
     counts = {k: int(v) for k, v in trials["state"].value_counts().items()}
     outcomes = {k: int(v) for k, v in trials["outcome"].value_counts().items()}
+    replicated = ok[ok["n_seeds"].fillna(1).astype(int) >= 2] if "n_seeds" in ok.columns else ok.iloc[:0]
+    at_edge = replicated[replicated["health"].astype(str) == AT_EDGE]
+    broke = replicated[replicated["health"].astype(str).isin(("diverged", "degrading"))]
     sentences = [noise.sentence(spread)]
+    if len(at_edge) or len(broke):
+        sentences.append(_edge_sentence(at_edge, len(broke)))
     fidelity: dict[str, Any] = {}
     if "fidelity" in fit.columns and fit["fidelity"].notna().any():
         f_noise, f_spread = _noise_and_spread(fit, "fidelity")
@@ -164,6 +178,12 @@ def analyse(study: Any, *, n_boot: int = 48) -> StudyReport:
         "val_loss_spread_std": spread,
         "signal_to_noise": (spread / noise.std) if spread is not None and noise.std else None,
         **fidelity,
+        "noise_floor_left_out_at_edge": [int(t) for t in at_edge["trial"]],
+        "noise_floor_left_out_not_converged": int(len(broke)),
+        "stability": stability_frame(stability).drop(columns=["advice"]).to_dict("records"),
+        "stability_runs": stability.n_runs,
+        "stability_runs_not_converged": stability.n_unstable,
+        "pairs": pairs,
         "strongest_coupling": (
             {"param_a": couplings[0].param_a, "param_b": couplings[0].param_b, "strength": couplings[0].strength,
              "verdict": couplings[0].verdict()}
@@ -189,6 +209,8 @@ def analyse(study: Any, *, n_boot: int = 48) -> StudyReport:
             "(a stopped trial's curve counts as observations only where `steps` is a sampled knob), and more trials "
             "under early stops add few: to read couplings, run trials to their end (without --early-stop dominated), "
             "or sample `steps`.")
+    if stability.reason:
+        summary["stability_reason"] = stability.reason
     if not couplings:
         summary["no_verdict_reason"] = _no_verdict_reason(
             len(fit), len(numeric) + sum(len(v) >= 2 for v in categorical.values()), early_stops=out_of_fits)
@@ -198,8 +220,23 @@ def analyse(study: Any, *, n_boot: int = 48) -> StudyReport:
         study.study_name, trials, front, summary, couplings, laws,
         hypervolume_history(trials, ok, ref, objectives) if ref else None,
         [c for c in trials.columns[5:] if c not in extras], ok, noise, sentences, objectives,
-        _left_out_sentence(left_out, len(fit)) if len(left_out) else "",
+        _left_out_sentence(left_out, len(fit)) if len(left_out) else "", stability=stability, pairs=pairs,
     )
+
+
+def _edge_sentence(at_edge: pd.DataFrame, broke: int) -> str:
+    """Which replicated configs the noise floor leaves out: those whose seeds disagree about
+    converging (at the edge of the stable region, their spread is not seed noise) and those
+    whose seeds all broke."""
+    parts = []
+    if len(at_edge):
+        which = ", ".join(str(int(t)) for t in at_edge["trial"])
+        parts.append(f"{len(at_edge)} config{'s' if len(at_edge) > 1 else ''} at the edge of the stable region "
+                     f"(one seed trained, another did not: trial{'s' if len(at_edge) > 1 else ''} {which})")
+    if broke:
+        parts.append(f"{broke} whose seeds did not converge")
+    return ("The noise floor is pooled over configs whose seeds all converged; left out: " + " and ".join(parts)
+            + ". A config at the edge is not noise: the stability analysis reads each of its seeds as a run.")
 
 
 def _no_verdict_reason(fitted: int, knobs: int, *, early_stops: bool) -> str:
@@ -262,11 +299,20 @@ def _left_out_sentence(left_out: pd.DataFrame, n_fitted: int) -> str:
             "they stay in the front and the tables.")
 
 
-def _declared_pairs(study: Any, sampled: Sequence[str], couplings: list[Any]) -> list[tuple[str, str]]:
-    """The pairs drawn: the space's hypotheses, else the two strongest couplings, else the first
-    two sampled params; of every kind (numeric, categorical)."""
+def _declared_pairs(study: Any, sampled: Sequence[str], couplings: list[Any],
+                    stability: StabilityResult | None = None) -> list[tuple[str, str]]:
+    """The pairs drawn: the space's hypotheses, the pairs the loss or the boundary calls coupled
+    (and, with no hypotheses, the two strongest couplings), else the first two sampled params; of
+    every kind (numeric, categorical)."""
     space = study.user_attrs.get(A.SPACE) or {}
     pairs = [(h["x"], h["y"]) for h in space.get("hypotheses", []) if h["x"] in sampled and h["y"] in sampled]
+    seen = {frozenset(p) for p in pairs}
+    decided = [(c.param_a, c.param_b) for c in couplings if c.ci_low > COUPLED_ABOVE]
+    decided += [(b.by, b.param) for b in (stability.boundaries if stability else []) if b.verdict_key == "coupled"]
+    for p in decided:
+        if frozenset(p) not in seen:
+            pairs.append(p)
+            seen.add(frozenset(p))
     if not pairs:
         pairs = [(c.param_a, c.param_b) for c in couplings[:2]]
     if not pairs and len(sampled) >= 2:
@@ -309,6 +355,8 @@ def write_study_report(study: Any, out_dir: Path, *, tracking_uri: str | None = 
     files |= write_table(rep.trials, out_dir / "trials", title=f"Trials of {rep.name}", lead=lead,
                          tracking_uri=tracking_uri, experiment_id=exp_id)
     coupling_frame(rep.couplings).to_csv(out_dir / "coupling.csv", index=False)
+    stability_frame(rep.stability).to_csv(out_dir / "stability.csv", index=False)
+    files["stability.csv"] = out_dir / "stability.csv"
     scaling_frame(rep.laws).to_csv(out_dir / "scaling.csv", index=False)
     files["coupling.csv"], files["scaling.csv"] = out_dir / "coupling.csv", out_dir / "scaling.csv"
     (out_dir / "summary.json").write_text(json.dumps(_jsonable(rep.summary), indent=2) + "\n")
@@ -338,7 +386,7 @@ def write_study_report(study: Any, out_dir: Path, *, tracking_uri: str | None = 
     fits = {(f.x, f.y): f for f in rep.laws}
     by_pair = {(c.param_a, c.param_b): c for c in rep.couplings}
     by_pair |= {(c.param_b, c.param_a): c for c in rep.couplings}
-    for x, y in _declared_pairs(study, [*numeric, *categorical], rep.couplings):
+    for x, y in _declared_pairs(study, [*numeric, *categorical], rep.couplings, rep.stability):
         name = f"pair_{x}__{y}.png"
         c = by_pair.get((x, y))
         figs.draw(name, f"val_loss over {x} × {y}", pair_png,  # the surface the law was read off
@@ -347,7 +395,7 @@ def write_study_report(study: Any, out_dir: Path, *, tracking_uri: str | None = 
         if rep.trials["health"].astype(bool).any():
             name = f"health_{x}__{y}.png"
             figs.draw(name, f"Training health over {x} × {y}", health_png, rep.trials, x, y, logs, out_dir / name,
-                      categorical=categorical)
+                      categorical=categorical, boundary=rep.stability.grid(x, y, numeric))
     for f in rep.laws:
         name = f"law_{f.x}__{f.y}.png"
         figs.draw(name, f"Fitted law {f.y}*({f.x})", law_png, f, out_dir / name)
@@ -362,9 +410,11 @@ def write_study_report(study: Any, out_dir: Path, *, tracking_uri: str | None = 
 
 
 def _curves_shown(rep: StudyReport, curves: dict[int, list[tuple[int, float]]]) -> dict[str, list[tuple[int, float]]]:
-    """The front trials' curves and the worst usable trial's, labelled."""
+    """The front trials' curves and the worst converged trial's, labelled."""
     out = {f"trial {int(t)} (front)": curves[int(t)] for t in rep.front["trial"] if int(t) in curves}
-    worst = rep.usable.sort_values("val_loss").iloc[-1]
+    # the worst run that converged: a diverged one's curve, 10x the rest, flattens every other line
+    settled = converged(rep.usable)
+    worst = (settled if len(settled) else rep.usable).sort_values("val_loss").iloc[-1]
     if int(worst.trial) in curves and int(worst.trial) not in set(rep.front["trial"].astype(int)):
         out[f"trial {int(worst.trial)} (worst)"] = curves[int(worst.trial)]
     return out

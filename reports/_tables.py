@@ -66,6 +66,32 @@ def _outcome(t: Any) -> str:
         t.state.name, t.state.name.lower())
 
 
+AT_EDGE = "at_edge"  # a config whose seeds disagree about converging
+
+
+def health_of(t: Any) -> str:
+    """A trial's health label; "at_edge" when its seed replicates (--seeds K) disagree about
+    converging: one trains, another diverges or degrades."""
+    from ._stability import NOT_CONVERGED, SILENT
+
+    labels = [h for h in t.user_attrs.get(A.REPLICATE_HEALTH) or [] if h not in SILENT]
+    broke = {h in NOT_CONVERGED or h == "pruned" for h in labels}
+    if len(broke) > 1:
+        return AT_EDGE
+    return t.user_attrs.get(A.HEALTH, "")
+
+
+def stability_runs_of(study: Any, trials: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every training run of the study that says whether its config trains stably (one row per
+    replicate with --seeds K): reports._stability.stability_runs over the trials frame."""
+    from ._stability import stability_runs
+
+    trials = trials_frame(study) if trials is None else trials
+    replicates = {t.number: list(t.user_attrs[A.REPLICATE_HEALTH]) for t in study.trials
+                  if t.user_attrs.get(A.REPLICATE_HEALTH)}
+    return stability_runs(trials, replicates)
+
+
 def trials_frame(study: Any) -> pd.DataFrame:
     """One row per trial: contract columns, one column per sampled parameter, then extras.
     Only a trial with a usable result shows objective values (never placeholder numbers)."""
@@ -110,7 +136,7 @@ def trials_frame(study: Any) -> pd.DataFrame:
             row[A.VAL_LOSS_AT_BEST] = t.user_attrs.get(A.VAL_LOSS_AT_BEST, math.nan)
             row[A.STEPS_RUN] = t.user_attrs.get(A.STEPS_RUN)
             row[A.RUNG] = t.user_attrs.get(A.RUNG)
-        row["health"] = t.user_attrs.get(A.HEALTH, "")
+        row["health"] = health_of(t)
         row["node_id"] = t.user_attrs.get(A.NODE_ID, "")
         if reruns:
             row["rerun_of"] = t.user_attrs.get(A.RERUN_OF)
@@ -207,13 +233,15 @@ def usable(trials: pd.DataFrame) -> pd.DataFrame:
     return ok[np.isfinite(values).all(axis=1)]
 
 
-NOT_CONVERGED = ("diverged", "degrading")  # health labels of a run whose loss never settled
+# health labels of a run whose loss never settled, and of a config whose seeds disagree about it
+NOT_CONVERGED = ("diverged", "degrading", AT_EDGE)
 
 
 def converged(ok: pd.DataFrame) -> pd.DataFrame:
     """The usable trials the response-surface analyses fit (coupling, laws, pair contours, noise
     floor against spread): without those whose objective labelled them `diverged` or `degrading` (the built-in
-    health monitor, or a plug-in's `tags: {health: ...}`). One such run's loss, far above the
+    health monitor, or a plug-in's `tags: {health: ...}`), and configs `at_edge` (their seeds disagree
+    about converging: their mean loss mixes a broken run in, their spread is not seed noise). One such run's loss, far above the
     rest, carries most of the variance a surrogate explains and so decides which pair looks
     coupled; it says where training breaks (the health plots show where), not how the knobs
     trade off. They stay in the front, the tables and every plot but the pair contours."""

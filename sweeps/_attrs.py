@@ -32,6 +32,9 @@ REPLACED = "replaced"  # a trial whose parameters are run again (stale, interrup
 ATTEMPTS = "attempts"
 N_SEEDS = "n_seeds"
 SEEDS = "seeds"
+# with --seeds K: each replicate's health label (a stopped replicate's "pruned"), so that the
+# stability analysis reads every run and a config whose seeds disagree is "at the edge"
+REPLICATE_HEALTH = "replicate_health"
 VAL_LOSS_STD = "val_loss_std"
 VAL_LOSS_SEM = "val_loss_sem"
 VAL_LOSS_REPLICATES = "val_loss_replicates"

@@ -34,6 +34,16 @@ N_CANDIDATES = 512
 PUSH = 0.7  # the share of a candidate's coordinates pushed to its range's ends (benchmarks/RESULTS.md)
 USABLE_C = 10.0  # the inverse L2 penalty of the fit of where runs fail (1, 10, 100 measured: RESULTS.md)
 MAX_FIT_DESIGN = 60  # the trials a suggestion's surrogate conditions on (a random subset beyond)
+SAFE_BELOW = 0.3  # candidates predicted to break with at least this probability are not proposed
+BOUNDARY_EVERY = 2  # once runs have broken, every this-many-th trial is spent on the boundary
+
+
+def _not_converged(t: Any) -> bool:
+    """A COMPLETE run whose objective labelled it diverged or degrading (a plug-in's tags, the
+    built-in health monitor): its value says where training breaks, not how the knobs trade off."""
+    from reports._tables import NOT_CONVERGED, health_of
+
+    return health_of(t) in NOT_CONVERGED
 
 
 def _sems(trials: Sequence[Any]) -> np.ndarray | None:
@@ -147,7 +157,8 @@ class CouplingSampler(BaseSampler):
         metrics = list(study.metric_names or ["val_loss", "peak_mem_mb"])
         iv = metrics.index("val_loss") if "val_loss" in metrics else 0
         done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if t.values and all(n in t.params for n in names) and math.isfinite(t.values[iv])]
+                if t.values and all(n in t.params for n in names) and math.isfinite(t.values[iv])
+                and not _not_converged(t)]
         # configs seen without a value the surrogate can use count as observed: trials in flight
         # (a GP's posterior variance does not depend on their values) and trials that failed or
         # were stopped (diverged, beaten at a rung, out of memory), where another run would teach
@@ -156,7 +167,8 @@ class CouplingSampler(BaseSampler):
         # diverges"); the last MAX_FIT_DESIGN of them, so that many stopped trials cost no more
         unusable = sorted([t for t in study.get_trials(deepcopy=False, states=(TrialState.PRUNED, TrialState.FAIL))]
                           + [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                             if t.values and not math.isfinite(t.values[iv])], key=lambda t: t.number)
+                             if t.values and (not math.isfinite(t.values[iv]) or _not_converged(t))],
+                          key=lambda t: t.number)
         unusable = [t for t in unusable if all(n in t.params for n in names)]
         pending = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
                    if all(n in t.params for n in names)] + unusable[-MAX_FIT_DESIGN:]
@@ -173,9 +185,69 @@ class CouplingSampler(BaseSampler):
             cand = self._candidates(space, names, groups, width)
             cand = self._within_budget(study, cand, space, groups, width, metrics)
             cand = self._where_usable(study, cand, x, unusable, space, groups, width)
+            cand, boundary = self._boundary(study, cand, space, groups, width, known)
+            if boundary is not None:
+                return self._decode(cand[int(np.argmax(boundary))], space, names, groups)
             wanted = [p for p in gp.pairs if self._targeted(names[p[0]], names[p[1]])] or gp.pairs
             score = gp.variance_reduction(cand, wanted, extra=known)
         return self._decode(cand[int(np.argmax(score))], space, names, groups)
+
+    def _boundary(self, study: Any, cand: np.ndarray, space: dict[str, Any], groups: list[list[int]], width: int,
+                  known: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """Where runs stop converging (health diverged or degrading, or stopped as diverging), as
+        the report's stability analysis models it (reports._stability: a Bayesian logistic
+        regression of P(not converged) on the knobs), once at least two runs of each kind exist:
+        the candidates kept are those predicted to converge with probability over 1 - SAFE_BELOW
+        (the least risky quarter when none is), never a config that already broke; and every
+        BOUNDARY_EVERY-th trial after the start is spent on the boundary itself: the kept candidate
+        whose outcome would teach the model most (the mutual information of the outcome and the
+        weights, BALD), away from the trials in flight. Returns (candidates, their boundary score
+        when this trial is the boundary's, else None)."""
+        from reports._stability import NOT_CONVERGED, SILENT, posterior_draws
+
+        from ._attrs import HEALTH, REPLICATE_HEALTH, RUNG, is_replaced
+
+        rows, labels = [], []
+        for t in study.get_trials(deepcopy=False):
+            if not all(n in t.params for n in space) or is_replaced(study, t):
+                continue
+            health = str(t.user_attrs.get(HEALTH, ""))
+            each = [h for h in t.user_attrs.get(REPLICATE_HEALTH) or [] if h not in SILENT]
+            if each and t.state.name in ("COMPLETE", "PRUNED"):
+                runs = [int(h in NOT_CONVERGED or h == "pruned") for h in each]
+            elif t.state.name == "COMPLETE" and t.values:
+                runs = [int(health in NOT_CONVERGED)]
+            elif t.state.name == "PRUNED" and t.user_attrs.get(RUNG) is None and health != "ok":
+                runs = [1]
+            else:
+                continue
+            rows += [self._encode(t.params, space, groups, width)] * len(runs)
+            labels += runs
+        y = np.array(labels, dtype=float)
+        if y.sum() < 2 or len(y) - y.sum() < 2:
+            return cand, None
+        drop = [cols[0] for cols in groups if len(cols) > 1]  # one-hot without the first level, as the report's
+        keep_cols = [c for c in range(width) if c not in drop]
+        x = np.array(rows)
+        w = posterior_draws(x[:, keep_cols], y, seed=int(self._rng.integers(2**31)), steps=500, burn=300, thin=4)
+        w = w[self._rng.choice(len(w), min(len(w), 256), replace=False)]
+        p = 1 / (1 + np.exp(-(w[:, :1] + w[:, 1:] @ cand[:, keep_cols].T)))  # draws x candidates
+        mean = p.mean(axis=0)
+        broke = x[y == 1]
+        fresh = ~(np.abs(cand[:, None, :] - broke[None, :, :]).max(axis=2) < 1e-9).any(axis=1)
+        safe = (mean < SAFE_BELOW) & fresh
+        if not safe.any():
+            safe = fresh & (mean <= np.quantile(mean[fresh], 0.25)) if fresh.any() else mean <= np.quantile(mean, 0.25)
+        cand, p, mean = cand[safe], p[:, safe], mean[safe]
+        done = sum(1 for t in study.get_trials(deepcopy=False) if t.state.name != "RUNNING")
+        if done % BOUNDARY_EVERY:
+            return cand, None
+        h = lambda q: -(q * np.log(q + 1e-12) + (1 - q) * np.log(1 - q + 1e-12))  # noqa: E731
+        score = h(mean) - h(p).mean(axis=0)
+        if len(known):
+            near = (np.abs(cand[:, None, :] - known[None, :, :]).max(axis=2) < 0.1).any(axis=1)
+            score = np.where(near, -np.inf, score) if (~near).any() else score
+        return cand, score
 
     def _within_budget(self, study: Any, cand: np.ndarray, space: dict[str, Any], groups: list[list[int]],
                        width: int, metrics: list[str]) -> np.ndarray:

@@ -192,6 +192,22 @@ def require(result: TrialResult, objectives: Sequence[str]) -> TrialResult:
                    reason=f"the study's objective {', '.join(missing)} has no finite value ({got})")
 
 
+def replicate_health(replicates: Sequence[TrialResult]) -> list[str]:
+    """Each replicate's health label: its objective's (`tags: {health: ...}`), "pruned" for one
+    the objective stopped (diverging), "beaten" for one stopped at a rung (--early-stop dominated:
+    it says nothing of its health), "failed" for one that raised or ran out of memory, "" when
+    it said none."""
+    out = []
+    for r in replicates:
+        if r.kind is Kind.PRUNED:
+            out.append("beaten" if r.metrics.get(A.RUNG) else r.tags.get("health") or "pruned")
+        elif r.kind is not Kind.OK:
+            out.append("failed")
+        else:
+            out.append(r.tags.get("health", ""))
+    return out
+
+
 # --- onto Optuna --------------------------------------------------------------------------
 def tell(study: Any, trial: Any, result: TrialResult, *, max_mem_mb: float | None,
          objectives: Sequence[str] = REQUIRED) -> None:
@@ -219,6 +235,7 @@ def tell(study: Any, trial: Any, result: TrialResult, *, max_mem_mb: float | Non
             trial.set_user_attr(key, int(result.metrics[key]))
     if len(result.replicates) > 1:
         trial.set_user_attr(A.SEEDS, result.seeds)
+        trial.set_user_attr(A.REPLICATE_HEALTH, replicate_health(result.replicates))
     if result.kind is Kind.OK:
         m = result.metrics
         if A.FIDELITY in m:  # the reports show it beside the objectives

@@ -239,3 +239,80 @@ def steps_study(seed: int, *, n: int = 20, alpha: float = -0.5, trial_noise: flo
         curves[t] = [(s, truth(s, lr[t], decay[t]) + offset + rng.normal(0, point_noise)) for s in points]
         final.append(curves[t][-1][1])
     return frame({"steps": steps.astype(float), "lr": lr, "decay": decay}, np.array(final)), curves
+
+
+# --- planted stability boundaries ----------------------------------------------------------
+# Four knobs as a LoRA study has them: lr (log), lora_rank (int 0-16), warmup (0-1) and decay
+# (0-1). Runs above an lr ceiling diverge: a band of BOUNDARY_WIDTH decades where a run's seed
+# decides. Where runs converge the loss is additive (no loss coupling anywhere).
+BOUNDARY_SPACE = {"lr": {"low": 1e-4, "high": 1e-1, "log": True, "step": None},
+                  "lora_rank": {"low": 0, "high": 16, "log": False, "step": 1},
+                  "warmup": {"low": 0.0, "high": 1.0, "log": False, "step": None},
+                  "decay": {"low": 0.0, "high": 1.0, "log": False, "step": None}}
+BOUNDARY_WIDTH = 0.08  # decades of lr over which P(diverge) goes from 27% to 73%
+BOUNDARY_BETA = -1.0  # "rank": lr_max = 0.02 (1 + rank)^-1 (17x across the ranks)
+FREEZE_CEILINGS = {"embedding_only": 0.03, "attention_only": 0.006, "full": 0.0015}
+# planted kind -> the pairs whose boundary moves
+BOUNDARY_TRUTH = {"rank": {("lr", "lora_rank")}, "lr": set(), "freeze": {("lr", "freeze")},
+                  "rank-warmup": {("lr", "lora_rank"), ("lr", "warmup")}}
+
+
+def lr_ceiling(kind: str, params: dict[str, Any]) -> float:
+    if kind == "rank":
+        return 0.02 * (1 + params["lora_rank"]) ** BOUNDARY_BETA
+    if kind == "rank-warmup":
+        return 0.02 * (1 + params["lora_rank"]) ** BOUNDARY_BETA * 8 ** (params["warmup"] - 0.5)
+    if kind == "freeze":
+        return FREEZE_CEILINGS[params["freeze"]]
+    return 0.004
+
+
+def boundary_space(kind: str) -> dict[str, dict[str, Any]]:
+    space = dict(BOUNDARY_SPACE)
+    if kind == "freeze":
+        del space["lora_rank"]
+    return space
+
+
+def boundary_run(kind: str, params: dict[str, Any], rng: np.random.Generator, *, noise: float = 0.01
+                 ) -> tuple[float, str]:
+    """(val_loss, health) of one run of the planted boundary objective."""
+    over = (math.log10(params["lr"]) - math.log10(lr_ceiling(kind, params))) / BOUNDARY_WIDTH
+    if rng.random() < 1 / (1 + math.exp(-over)):
+        return 1.0 + rng.uniform(0, 0.5), "diverged"
+    val = (0.1 + 0.02 * (math.log10(params["lr"]) + 2.5) ** 2 + 0.02 * params["decay"]
+           + 0.01 * params.get("lora_rank", 0) / 16 + 0.01 * params["warmup"])
+    return val + rng.normal(0, noise), "ok"
+
+
+def boundary_study(seed: int, *, n: int = 40, kind: str = "rank", sampler: str = "random") -> pd.DataFrame:
+    """A study of the planted boundary objective in Optuna's ask/tell loop with `sampler`
+    (random, qmc, coupling), a diverged run COMPLETE with `health: diverged` as a plug-in tags it;
+    returned as reports.trials_frame shapes the trials."""
+    import optuna
+
+    from sweeps._attrs import HEALTH
+    from sweeps._coupling_sampler import CouplingSampler
+
+    dists: dict[str, Any] = {}
+    for name, d in boundary_space(kind).items():
+        if d["step"]:
+            dists[name] = optuna.distributions.IntDistribution(int(d["low"]), int(d["high"]))
+        else:
+            dists[name] = optuna.distributions.FloatDistribution(d["low"], d["high"], log=d["log"])
+    if kind == "freeze":
+        dists["freeze"] = optuna.distributions.CategoricalDistribution(list(FREEZE_CEILINGS))
+    make = {"random": lambda: optuna.samplers.RandomSampler(seed=seed),
+            "qmc": lambda: optuna.samplers.QMCSampler(seed=seed, warn_independent_sampling=False),
+            "coupling": lambda: CouplingSampler(seed=seed)}[sampler]
+    study = optuna.create_study(sampler=make(), directions=["minimize", "minimize"])
+    rng = np.random.default_rng(seed + 7919)
+    rows = []
+    for i in range(n):
+        t = study.ask(dists)
+        val, health = boundary_run(kind, t.params, rng)
+        t.set_user_attr(HEALTH, health)
+        study.tell(t, [val, 1.0])
+        rows.append({"trial": i, "state": "COMPLETE", "val_loss": val, "peak_mem_mb": 1.0, **t.params,
+                     "outcome": "ok", "n_seeds": 1, "health": health})
+    return pd.DataFrame(rows)
