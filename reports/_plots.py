@@ -88,9 +88,38 @@ def front_png(ok: pd.DataFrame, front: pd.DataFrame, path: Path, *, title: str, 
         fig.colorbar(dots, ax=ax2, label="fidelity of the front's trials")
         ax2.grid(alpha=0.3)
         ax2.set_title("validation loss vs concept fidelity")
+    scale = loss_scale(ok)
+    if scale is not None:
+        lo, hi, off = scale
+        for axis, x, _ in panels:
+            axis.set_ylim(lo, hi)
+            axis.scatter(off[x], np.full(len(off), hi), marker="^", c="#d62728", s=40, clip_on=False, zorder=4,
+                         label=f"did not converge ({len(off)}): val_loss above the scale")
     if left_out:
         fig.text(0.01, 0.01, left_out, fontsize=7, color="#666666")
     return _save(fig, ax, path, title=title)
+
+
+def loss_scale(ok: pd.DataFrame) -> tuple[float, float, pd.DataFrame] | None:
+    """The val_loss axis of the runs that converged (their range and a margin) and the runs
+    beyond it that did not converge (diverged, degrading, at the edge), to be marked at its top:
+    one diverged run's loss, 10x the rest, would flatten every other point onto the bottom.
+    None when every run converged or the others fit the range anyway."""
+    from ._tables import NOT_CONVERGED
+
+    if "health" not in ok.columns or not len(ok):
+        return None
+    broke = ok["health"].astype(str).isin(NOT_CONVERGED)
+    settled = ok.loc[~broke, "val_loss"].astype(float)
+    if len(settled) < 2 or not broke.any():
+        return None
+    lo, hi = float(settled.min()), float(settled.max())
+    pad = 0.08 * (hi - lo) if hi > lo else 0.05 * abs(hi) or 0.05
+    top = hi + pad
+    off = ok[broke & (ok["val_loss"].astype(float) > top)]
+    if off.empty:
+        return None
+    return lo - pad, top, off
 
 
 def fronts_overlay_png(fronts: Mapping[str, pd.DataFrame], path: Path) -> Path:
@@ -146,6 +175,16 @@ def front_figure(fronts: Mapping[str, tuple[pd.DataFrame, pd.DataFrame]], params
             text=[f"#{int(t)}" for t in f["trial"]], textposition="top right",
             hovertext=[_hover(r, params) for _, r in f.iterrows()], hoverinfo="text",
         ))
+    scales = [loss_scale(ok) for ok, _ in fronts.values()]
+    if scales and all(sc is not None for sc in scales):
+        lo, hi = min(sc[0] for sc in scales), max(sc[1] for sc in scales)
+        off = pd.concat([sc[2] for sc in scales])
+        fig.add_trace(go.Scatter(
+            x=off["peak_mem_mb"], y=[hi] * len(off), mode="markers", cliponaxis=False,
+            marker={"color": "#d62728", "size": 10, "symbol": "triangle-up"},
+            name=f"did not converge ({len(off)}): val_loss above the scale",
+            text=[_hover(r, params) for _, r in off.iterrows()], hoverinfo="text"))
+        fig.update_yaxes(range=[lo, hi])
     fig.update_layout(xaxis_title="peak_mem_mb", yaxis_title="val_loss", template="plotly_white",
                       height=460, margin={"l": 60, "r": 20, "t": 30, "b": 50})
     return fig

@@ -398,6 +398,9 @@ def write_study_report(study: Any, out_dir: Path, *, tracking_uri: str | None = 
                       categorical=categorical, boundary=rep.stability.grid(x, y, numeric))
     for f in rep.laws:
         name = f"law_{f.x}__{f.y}.png"
+        if not f.points:  # nothing to draw: the law's sentence says why
+            figs.notes.append(f"{name} left out: no {f.y}*({f.x}) was read ({f.note or 'not enough usable trials'})")
+            continue
         figs.draw(name, f"Fitted law {f.y}*({f.x})", law_png, f, out_dir / name)
     rep.figure_notes = figs.notes
     page = render_page(rep, images=images, figure=fig, tracking_uri=tracking_uri, experiment_id=exp_id,

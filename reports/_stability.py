@@ -206,8 +206,9 @@ def stability_runs(trials: pd.DataFrame, replicate_health: Mapping[int, Sequence
     replicate_health = replicate_health or {}
     rung = trials["rung"] if "rung" in trials.columns else pd.Series([None] * len(trials), index=trials.index)
     for (_, r), stop in zip(trials.iterrows(), rung):
-        state, health = str(r["state"]), str(r.get("health", "") or "")
-        outcome = str(r.get("outcome", "ok"))
+        state = str(r["state"])
+        health = str(r["health"] or "") if "health" in r.index else ""
+        outcome = str(r["outcome"]) if "outcome" in r.index else "ok"
         labels = replicate_health.get(int(r["trial"]))
         if labels:
             for label in labels:

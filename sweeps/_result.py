@@ -200,11 +200,11 @@ def replicate_health(replicates: Sequence[TrialResult]) -> list[str]:
     out = []
     for r in replicates:
         if r.kind is Kind.PRUNED:
-            out.append("beaten" if r.metrics.get(A.RUNG) else r.tags.get("health") or "pruned")
+            out.append("beaten" if r.metrics.get(A.RUNG) else r.tags.get(A.HEALTH) or "pruned")
         elif r.kind is not Kind.OK:
             out.append("failed")
         else:
-            out.append(r.tags.get("health", ""))
+            out.append(r.tags.get(A.HEALTH, ""))
     return out
 
 
