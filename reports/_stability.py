@@ -195,30 +195,34 @@ def pair_conclusions(couplings: Sequence[Any], stability: StabilityResult) -> li
 
 
 # --- the runs ------------------------------------------------------------------------------
+def run_labels(state: str, health: str, *, outcome: str = "ok", at_rung: bool = False,
+               replicates: Sequence[str] = ()) -> list[int]:
+    """What a trial's runs say of where training breaks: one label per run, 1 for a run that did
+    not converge (health diverged or degrading, or stopped by its objective as diverging: PRUNED
+    without a rung), 0 for one that converged; none for a trial that failed, ran out of memory,
+    is still running or was beaten at a rung by --early-stop dominated. With --seeds K each
+    replicate is a run (`replicates`: their labels, "pruned" for a stopped one). The report's
+    analysis and the coupling design's boundary read trials through this one function."""
+    if replicates:
+        return [int(h in NOT_CONVERGED or h == "pruned") for h in replicates if h not in SILENT]
+    if state == "COMPLETE" and outcome == "ok":
+        return [int(health in NOT_CONVERGED)]
+    if state == "PRUNED" and not at_rung and health != "ok":
+        return [1]
+    return []
+
+
 def stability_runs(trials: pd.DataFrame, replicate_health: Mapping[int, Sequence[str]] | None = None) -> pd.DataFrame:
-    """One row per training run that tells whether its config trains stably: `unstable` 1 for a
-    run that did not converge (health diverged or degrading, or stopped by its objective as
-    diverging: PRUNED without a rung), 0 for one that converged. Failed, out-of-memory and
-    still-running trials, and those --early-stop dominated stopped at a rung (beaten, not broken),
-    tell nothing. With --seeds K a trial's replicates are one run each (`replicate_health`:
-    trial -> each replicate's label, "pruned" for a stopped one)."""
+    """One row per training run that tells whether its config trains stably (`unstable`: run_labels)."""
     rows = []
     replicate_health = replicate_health or {}
     rung = trials["rung"] if "rung" in trials.columns else pd.Series([None] * len(trials), index=trials.index)
     for (_, r), stop in zip(trials.iterrows(), rung):
-        state = str(r["state"])
-        health = str(r["health"] or "") if "health" in r.index else ""
-        outcome = str(r["outcome"]) if "outcome" in r.index else "ok"
-        labels = replicate_health.get(int(r["trial"]))
-        if labels:
-            for label in labels:
-                if label not in SILENT:
-                    rows.append({**r.to_dict(), "unstable": int(label in NOT_CONVERGED or label == "pruned")})
-            continue
-        if state == "COMPLETE" and outcome == "ok":
-            rows.append({**r.to_dict(), "unstable": int(health in NOT_CONVERGED)})
-        elif state == "PRUNED" and (stop is None or pd.isna(stop)) and health not in ("ok",):
-            rows.append({**r.to_dict(), "unstable": 1})
+        labels = run_labels(str(r["state"]), str(r["health"] or "") if "health" in r.index else "",
+                            outcome=str(r["outcome"]) if "outcome" in r.index else "ok",
+                            at_rung=not (stop is None or pd.isna(stop)),
+                            replicates=replicate_health.get(int(r["trial"])) or ())
+        rows += [{**r.to_dict(), "unstable": label} for label in labels]
     return pd.DataFrame(rows, columns=[*trials.columns, "unstable"])
 
 

@@ -203,24 +203,17 @@ class CouplingSampler(BaseSampler):
         whose outcome would teach the model most (the mutual information of the outcome and the
         weights, BALD), away from the trials in flight. Returns (candidates, their boundary score
         when this trial is the boundary's, else None)."""
-        from reports._stability import NOT_CONVERGED, SILENT, posterior_draws
+        from reports._stability import posterior_draws, run_labels
 
         from ._attrs import HEALTH, REPLICATE_HEALTH, RUNG, is_replaced
 
         rows, labels = [], []
         for t in study.get_trials(deepcopy=False):
-            if not all(n in t.params for n in space) or is_replaced(study, t):
+            if not all(n in t.params for n in space) or is_replaced(study, t) or t.state.name == "RUNNING":
                 continue
-            health = str(t.user_attrs.get(HEALTH, ""))
-            each = [h for h in t.user_attrs.get(REPLICATE_HEALTH) or [] if h not in SILENT]
-            if each and t.state.name in ("COMPLETE", "PRUNED"):
-                runs = [int(h in NOT_CONVERGED or h == "pruned") for h in each]
-            elif t.state.name == "COMPLETE" and t.values:
-                runs = [int(health in NOT_CONVERGED)]
-            elif t.state.name == "PRUNED" and t.user_attrs.get(RUNG) is None and health != "ok":
-                runs = [1]
-            else:
-                continue
+            runs = run_labels(t.state.name, str(t.user_attrs.get(HEALTH, "")),
+                              outcome="ok" if t.values else "", at_rung=t.user_attrs.get(RUNG) is not None,
+                              replicates=t.user_attrs.get(REPLICATE_HEALTH) or ())
             rows += [self._encode(t.params, space, groups, width)] * len(runs)
             labels += runs
         y = np.array(labels, dtype=float)
