@@ -236,9 +236,9 @@ class Coupling:
             return "no sign of coupling: they can be tuned one at a time"
         if self.more_trials is None:
             return "inconclusive: the trials cannot decide it yet"
-        if self.more_trials > 3 * self.n_trials:
-            return (f"inconclusive: its interval is wide; likely over {3 * self.n_trials} more trials would "
-                    "be needed to decide it")
+        if self.more_trials > 3 * self.n_trials:  # the same figure as coupling.csv's more_trials
+            return (f"inconclusive: its interval is wide; about {self.more_trials} more trials would "
+                    "likely be needed to decide it")
         return f"inconclusive: about {self.more_trials} more trials would likely decide it"
 
     def advice(self) -> str:

@@ -18,7 +18,12 @@ seeds (`seeds_for`): K on each config of its space-filling start, one on each af
 budget are proposed. Trials that failed or diverged count as seen (another run there is not
 proposed for its variance) and mark a region: candidates where a fit of the failures predicts a
 failure are not proposed (benchmarks/RESULTS.md: a diverging corner of 15% of the space drew 43%
-of the design's trials before, 12% after).
+of the design's trials before, 12% after). A run that completed without converging (health
+diverged or degrading) is such a trial too, and where training breaks is a question of its own:
+the report's stability model (reports._stability) keeps the candidates predicted to converge and
+never a config that broke, and every BOUNDARY_EVERY-th trial goes to the boundary itself
+(`_boundary`; docs/calibration.md, "Where training breaks": 21% of a 40-trial study's runs past a
+boundary that half the space lies beyond, against 54% of a random design's).
 """
 
 from __future__ import annotations
