@@ -86,7 +86,10 @@ class Boundary:
             return (f"{b} does not move where {a} trains stably (it moves it by under {MOVED_ABOVE:.0%} of {a}'s "
                     f"range; 95% upper bound {100 * self.shift_ci_high:.0f}%).")
         if self.verdict_key == "inconclusive":
-            return f"Whether {b} moves where {a} trains stably: {self.verdict()}."
+            return (f"Whether {b} moves where {a} trains stably: {self.verdict()} ({self.n_unstable} of {self.n_runs} "
+                    f"runs broke; it moves it by {100 * self.shift_ci_low:.0f}-{100 * self.shift_ci_high:.0f}% of the "
+                    f"range, 95%, and {MOVED_ABOVE:.0%} is the line: runs near the boundary decide it, which "
+                    "--sampler coupling spends every second trial on).")
         if self.side == "levels":
             return f"Choose {a} and {b} together: which {a} levels train stably changes with {b}."
         word = "below" if self.side == "ceiling" else "above"
