@@ -29,6 +29,7 @@ def _verdicts(kind: str, seed: int, n: int, sampler: str = "random") -> tuple[di
     return {frozenset((b.param, b.by)): b.verdict_key for b in res.boundaries}, res
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [20, 40])
 @pytest.mark.parametrize("kind", ["rank", "lr", "freeze"])
 def test_no_wrong_stability_verdict_on_planted_boundaries_at_the_sizes_users_run(kind, n):
@@ -173,3 +174,15 @@ def test_no_divergence_no_stability_verdict_and_the_page_says_why(tmp_path):
     assert pd.read_csv(files["stability.csv"]).empty
     summary = json.loads(files["summary.json"].read_text())
     assert summary["stability_reason"].startswith("No stability verdict: 0 of 20 runs did not converge")
+
+
+def test_loss_axes_span_the_runs_that_converged():
+    """A diverged run's loss, 10x the rest, is marked at the top of the axis instead of flattening
+    every other point onto its bottom."""
+    from reports._plots import loss_scale
+
+    ok = pd.DataFrame({"trial": range(6), "val_loss": [0.10, 0.12, 0.11, 0.13, 1.2, 0.9],
+                       "peak_mem_mb": [10.0] * 6, "health": ["ok"] * 4 + ["diverged", "degrading"]})
+    lo, hi, off = loss_scale(ok)
+    assert lo < 0.10 and 0.13 < hi < 0.2 and list(off["trial"]) == [4, 5]
+    assert loss_scale(ok.assign(health="ok")) is None  # every run converged: the axis is the data's own
