@@ -342,6 +342,7 @@ def law_png(fit: LawFit, path: Path) -> Path:
 HEALTH_STYLE = {
     "ok": ("#2ca02c", "o"), "diverged": ("#d62728", "X"), "collapsed": ("#9467bd", "D"),
     "dead_adapter": ("#8c564b", "s"), "oscillating": ("#ff7f0e", "^"), "degrading": ("#e377c2", "v"),
+    "at_edge": ("#bcbd22", "P"),  # its seeds disagree: one trained, another broke
 }
 
 
