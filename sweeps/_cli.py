@@ -771,8 +771,15 @@ def cmd_spaces(a: argparse.Namespace) -> int:
 def cmd_params(a: argparse.Namespace) -> int:
     from objectives import TEXTUAL_INVERSION_PARAMS
 
+    import yaml
+
+    # defaults as a space's YAML spells them (null, false), columns as wide as the longest entry
+    shown = {name: yaml.safe_dump(rule.default, default_flow_style=True).strip().removesuffix("...").strip()
+             for name, rule in TEXTUAL_INVERSION_PARAMS.items()}
+    width = max(map(len, shown)) + 2
+    value_width = max(map(len, shown.values())) + 2
     for name, rule in TEXTUAL_INVERSION_PARAMS.items():
-        print(f"{name:<20} {str(rule.default):<16} {rule.rule}: {rule.doc}")
+        print(f"{name:<{width}}{shown[name]:<{value_width}}{rule.rule}: {rule.doc}")
     return 0
 
 

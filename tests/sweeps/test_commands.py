@@ -82,6 +82,10 @@ def test_params_lists_every_builtin_parameter_with_its_default(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == list(TEXTUAL_INVERSION_PARAMS)
     assert "lr" in lines[1] and "0.005" in lines[1]
+    # defaults as YAML takes them, every rule in one column however long the name
+    by_name = {line.split()[0]: line for line in lines}
+    assert by_name["lora_alpha"].split()[1] == "null" and by_name["gradient_checkpointing"].split()[1] == "false"
+    assert len({line.index(TEXTUAL_INVERSION_PARAMS[n].rule) for n, line in by_name.items()}) == 1
 
 
 def test_numbers_as_people_write_them_are_accepted_everywhere(tmp_path, monkeypatch):
