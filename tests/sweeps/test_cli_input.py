@@ -199,6 +199,6 @@ def test_spaces_lists_builtins_without_heavy_imports(tmp_path):
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert res.returncode == 0
     names = [line.split()[0] for line in res.stdout.splitlines()[:-1]]
-    assert names == ["all8", "contrastive", "demo", "freeze", "lora_embed", "token_decay", "trainer_knobs",
-                     "warmup_init"]
+    assert names == ["all8", "contrastive", "demo", "freeze", "lora_embed", "stability", "token_decay",
+                     "trainer_knobs", "warmup_init"]
     assert res.stdout.splitlines()[-1] == "False"
