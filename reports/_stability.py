@@ -168,7 +168,7 @@ def pair_conclusions(couplings: Sequence[Any], stability: StabilityResult) -> li
     out = []
     for key in list(dict.fromkeys([*loss, *bounds])):
         c, bs = loss.get(key), bounds.get(key, [])
-        lv = ("coupled" if c.ci_low > 0.05 else "no sign of coupling" if c.ci_high < 0.05 else "inconclusive") if c else ""
+        lv = c.verdict().split(":")[0] if c else ""
         bv = bs[0].verdict_key if bs else ""
         together = [w for w, v in (("loss", lv), ("boundary", bv)) if v == "coupled"]
         if together:
