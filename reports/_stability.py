@@ -280,7 +280,7 @@ def posterior_draws(x: np.ndarray, y: np.ndarray, *, seed: int = 0, walkers: int
         centre = np.r_[4.0 * (1 if y.mean() > 0.5 else -1), np.zeros(x.shape[1])]
     start = centre + rng.normal(0, 0.5, (walkers, dim))
     sampler = emcee.EnsembleSampler(walkers, dim, _log_posterior, args=(x, y), vectorize=True)
-    sampler._random = np.random.mtrand.RandomState(seed)  # noqa: SLF001 - emcee's own seeding hook
+    sampler.random_state = np.random.RandomState(seed).get_state()  # emcee's public seeding: repeatable draws
     sampler.run_mcmc(start, steps, progress=False)
     return sampler.get_chain(discard=burn, thin=thin, flat=True)
 
