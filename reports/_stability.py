@@ -25,12 +25,14 @@ penalised logistic regression).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from ._analysis import _design, _unscale
 
 MOVED_ABOVE = 0.1  # a boundary moved by more than a tenth of the knob's range is coupled
 PRIOR_SCALE = 5.0  # Cauchy scale of a slope per unit range (2.5 per 0.5 sd, Gelman et al. 2008)
@@ -69,10 +71,6 @@ class Boundary:
         if self.shift_ci_high < MOVED_ABOVE:
             return "no sign of coupling"
         return "inconclusive"
-
-    @property
-    def decided(self) -> bool:
-        return self.verdict_key != "inconclusive"
 
     def verdict(self) -> str:
         return {"coupled": "coupled: choose them together (the stable range moves)",
@@ -133,9 +131,6 @@ class StabilityResult:
     draws: np.ndarray | None = None  # the model's weight draws (intercept first)
     groups: dict[str, list[int]] = field(default_factory=dict)  # each knob's feature columns
 
-    def verdicts(self) -> dict[frozenset[str], Boundary]:
-        return {frozenset((b.param, b.by)): b for b in self.boundaries}
-
     def grid(self, x: str, y: str, numeric: Mapping[str, Mapping[str, Any]], n: int = 60
              ) -> dict[str, np.ndarray] | None:
         """For a numeric pair's health plot: over an n x n grid of (x, y), the other knobs at the
@@ -154,7 +149,7 @@ class StabilityResult:
         z[:, self.groups[x][0]], z[:, self.groups[y][0]] = gx.ravel(), gy.ravel()
         eta = self.draws[:, :1] + self.draws[:, 1:] @ z.T
         share = (eta > 0).mean(axis=0).reshape(n, n)
-        return {"x": _natural(u, numeric[x]), "y": _natural(u, numeric[y]), "share": share}
+        return {"x": _unscale(u, numeric[x]), "y": _unscale(u, numeric[y]), "share": share}
 
 
 def pair_conclusions(couplings: Sequence[Any], stability: StabilityResult) -> list[dict[str, Any]]:
@@ -230,28 +225,30 @@ def stability_runs(trials: pd.DataFrame, replicate_health: Mapping[int, Sequence
 
 
 # --- the model -----------------------------------------------------------------------------
+def kept_columns(groups: Mapping[str, Sequence[int]], categorical: Iterable[str]) -> list[int]:
+    """The design's columns the logistic model takes: every numeric knob's, and each categorical
+    knob's one-hot columns but its first level's (the intercept carries that level). The report's
+    analysis and the coupling design's boundary drop the same columns through this."""
+    cats = set(categorical)
+    return [c for name, cols in groups.items() for c in (list(cols)[1:] if name in cats else cols)]
+
+
 def _features(runs: pd.DataFrame, numeric: Mapping[str, Mapping[str, Any]],
               categorical: Mapping[str, Sequence[Any]], *, plus_one: str | None = None
               ) -> tuple[np.ndarray, dict[str, list[int]]]:
-    """Numeric knobs on [0, 1] of their range (log where log; `plus_one`: that knob as log(1 + v)),
-    categorical ones one-hot without their first level; returns the design and each knob's columns."""
-    cols, groups = [], {}
-    for name, d in numeric.items():
-        v, lo, hi = runs[name].astype(float).to_numpy(), float(d["low"]), float(d["high"])
-        if name == plus_one:
-            v, lo, hi = np.log1p(v), math.log1p(lo), math.log1p(hi)
-        elif d.get("log"):
-            v, lo, hi = np.log(v), math.log(lo), math.log(hi)
-        groups[name] = [len(cols)]
-        cols.append((v - lo) / (hi - lo) if hi > lo else np.zeros_like(v))
-    for name, choices in categorical.items():
-        values = runs[name].astype(str).to_numpy()
-        groups[name] = []
-        for c in list(choices)[1:]:
-            groups[name].append(len(cols))
-            cols.append((values == str(c)).astype(float))
-    x = np.stack(cols, axis=1) if cols else np.zeros((len(runs), 0))
-    return x, groups
+    """The loss surrogate's design (reports._analysis._design: numeric knobs on [0, 1] of their
+    range, log where log; categorical ones one-hot) less each categorical knob's first level;
+    `plus_one`: that knob as log(1 + v), so that a straight boundary in it is a power law in 1 + v.
+    Returns the design and each knob's columns."""
+    if plus_one is not None:
+        d = numeric[plus_one]
+        runs = runs.assign(**{plus_one: np.log1p(runs[plus_one].astype(float))})
+        numeric = {**numeric, plus_one: {"low": math.log1p(float(d["low"])), "high": math.log1p(float(d["high"])),
+                                         "log": False}}
+    full, groups = _design(runs, numeric, categorical)
+    keep = kept_columns(groups, categorical)
+    index = {c: i for i, c in enumerate(keep)}
+    return full[:, keep], {name: [index[c] for c in cols if c in index] for name, cols in groups.items()}
 
 
 def _log_posterior(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -352,13 +349,6 @@ def _shift(w: np.ndarray, z: np.ndarray, groups: dict[str, list[int]], a: str, b
     return flips, np.zeros((len(levels), w.shape[0]))
 
 
-def _natural(pos: np.ndarray, d: Mapping[str, Any]) -> np.ndarray:
-    lo, hi = float(d["low"]), float(d["high"])
-    if d.get("log"):
-        return np.exp(math.log(lo) + pos * (math.log(hi) - math.log(lo)))
-    return lo + pos * (hi - lo)
-
-
 def _q(v: np.ndarray, level: float = LEVEL) -> tuple[float, float, float]:
     tail = (1 - level) / 2
     v = v[np.isfinite(v)]
@@ -416,7 +406,7 @@ def stability_analysis(runs: pd.DataFrame, numeric: Mapping[str, Mapping[str, An
             if a in numeric:
                 slope = np.median(w[:, 1 + groups[a][0]])
                 side = "ceiling" if slope > 0 else "floor"
-                nat = _natural(pos, numeric[a])
+                nat = _unscale(pos, numeric[a])
                 with np.errstate(divide="ignore", invalid="ignore"):  # a range starting at 0: ratio inf or nan
                     r = nat[-1] / nat[0] if b in numeric else nat.max(axis=0) / nat.min(axis=0)
                 ratio = _q(r, level)

@@ -72,11 +72,9 @@ AT_EDGE = "at_edge"  # a config whose seeds disagree about converging
 def health_of(t: Any) -> str:
     """A trial's health label; "at_edge" when its seed replicates (--seeds K) disagree about
     converging: one trains, another diverges or degrades."""
-    from ._stability import NOT_CONVERGED, SILENT
+    from ._stability import run_labels
 
-    labels = [h for h in t.user_attrs.get(A.REPLICATE_HEALTH) or [] if h not in SILENT]
-    broke = {h in NOT_CONVERGED or h == "pruned" for h in labels}
-    if len(broke) > 1:
+    if len(set(run_labels("", "", replicates=t.user_attrs.get(A.REPLICATE_HEALTH) or ()))) > 1:
         return AT_EDGE
     return t.user_attrs.get(A.HEALTH, "")
 

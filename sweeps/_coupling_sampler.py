@@ -161,9 +161,10 @@ class CouplingSampler(BaseSampler):
             width += k
         metrics = list(study.metric_names or ["val_loss", "peak_mem_mb"])
         iv = metrics.index("val_loss") if "val_loss" in metrics else 0
-        done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if t.values and all(n in t.params for n in names) and math.isfinite(t.values[iv])
-                and not _not_converged(t)]
+        complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        broken = {t.number for t in complete if _not_converged(t)}
+        done = [t for t in complete if t.values and all(n in t.params for n in names) and math.isfinite(t.values[iv])
+                and t.number not in broken]
         # configs seen without a value the surrogate can use count as observed: trials in flight
         # (a GP's posterior variance does not depend on their values) and trials that failed or
         # were stopped (diverged, beaten at a rung, out of memory), where another run would teach
@@ -171,8 +172,7 @@ class CouplingSampler(BaseSampler):
         # is proposed again and again (benchmarks/RESULTS.md, "When a region of the space
         # diverges"); the last MAX_FIT_DESIGN of them, so that many stopped trials cost no more
         unusable = sorted([t for t in study.get_trials(deepcopy=False, states=(TrialState.PRUNED, TrialState.FAIL))]
-                          + [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                             if t.values and (not math.isfinite(t.values[iv]) or _not_converged(t))],
+                          + [t for t in complete if t.values and (not math.isfinite(t.values[iv]) or t.number in broken)],
                           key=lambda t: t.number)
         unusable = [t for t in unusable if all(n in t.params for n in names)]
         pending = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
@@ -208,7 +208,7 @@ class CouplingSampler(BaseSampler):
         whose outcome would teach the model most (the mutual information of the outcome and the
         weights, BALD), away from the trials in flight. Returns (candidates, their boundary score
         when this trial is the boundary's, else None)."""
-        from reports._stability import posterior_draws, run_labels
+        from reports._stability import kept_columns, posterior_draws, run_labels
 
         from ._attrs import HEALTH, REPLICATE_HEALTH, RUNG, is_replaced
 
@@ -224,8 +224,8 @@ class CouplingSampler(BaseSampler):
         y = np.array(labels, dtype=float)
         if y.sum() < 2 or len(y) - y.sum() < 2:
             return cand, None
-        drop = [cols[0] for cols in groups if len(cols) > 1]  # one-hot without the first level, as the report's
-        keep_cols = [c for c in range(width) if c not in drop]
+        named = dict(zip(space, groups))
+        keep_cols = kept_columns(named, [n for n, cols in named.items() if len(cols) > 1])  # as the report's
         x = np.array(rows)
         w = posterior_draws(x[:, keep_cols], y, seed=int(self._rng.integers(2**31)), steps=500, burn=300, thin=4)
         w = w[self._rng.choice(len(w), min(len(w), 256), replace=False)]
