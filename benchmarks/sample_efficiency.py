@@ -23,7 +23,7 @@ sys.path.insert(0, os.getcwd())
 def run(space, sampler: str, trials: int, seed: int, steps: int, workdir: Path) -> "object":
     import optuna
 
-    from sweeps._cli import default_storage, default_tracking
+    from sweeps.commands._options import default_storage, default_tracking
     from sweeps._runner import RunConfig, run_sweep
 
     name = f"{sampler}-{trials}-{seed}"

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 def run(configs: int, workers: int, seeds: int, sleep: float, workdir: Path, name: str) -> float:
     from search_spaces import parse_space
-    from sweeps._cli import default_storage, default_tracking
+    from sweeps.commands._options import default_storage, default_tracking
     from sweeps._runner import RunConfig, run_sweep
 
     space = parse_space({"name": name, "params": {"x": {"type": "float", "low": 0, "high": 1},

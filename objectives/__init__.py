@@ -44,3 +44,17 @@ __all__ = [
     "get_objective",
     "resolve_params",
 ]
+
+
+_TRAINING = {"train": "_textual_inversion", "pick_device": "_textual_inversion", "TrialOutput": "_textual_inversion",
+             "write_kohya": "_kohya"}
+
+
+def __getattr__(name: str):
+    """The training run and its exports load torch: imported on first use, so that a command
+    that only checks input (or lists spaces) never pays for torch."""
+    if name in _TRAINING:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_TRAINING[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

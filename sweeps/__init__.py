@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from ._cli import UsageError, build_parser, main
+from .commands import UsageError, build_parser, main
 
 __all__ = ["UsageError", "build_parser", "main"]

@@ -1,3 +1,3 @@
-from sweeps._cli import cli
+from sweeps.commands import cli
 
 cli()

@@ -43,7 +43,8 @@ def test_every_builtin_space_has_ranges_for_the_real_model_families(model, famil
     trainers' step counts and lr ranges instead of the tiny model's, every value checked against
     the real shapes (embedding_dim <= 768, unfreeze_layers <= the used encoder layers)."""
     from search_spaces import builtin_space_names, load_space
-    from sweeps._cli import build_parser, run_config
+    from sweeps.commands import build_parser
+    from sweeps.commands.run import run_config
 
     for name in builtin_space_names():
         tiny = load_space(name)

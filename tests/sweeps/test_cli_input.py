@@ -147,7 +147,7 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, files, arg
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     # run in-process so we can see which heavy modules a bad input made us import
     code = (
-        "import sys; from sweeps._cli import main; rc = main(sys.argv[1:]); "
+        "import sys; from sweeps import main; rc = main(sys.argv[1:]); "
         "heavy = [m for m in ('torch', 'ray', 'diffusers', 'mlflow') if m in sys.modules]; "
         "print('HEAVY', heavy); sys.exit(rc)"
     )
@@ -194,7 +194,7 @@ def test_study_with_other_objectives_is_refused(tmp_path, cli, directions, names
 
 
 def test_spaces_lists_builtins_without_heavy_imports(tmp_path):
-    code = "import sys; from sweeps._cli import main; main(['spaces']); print('torch' in sys.modules)"
+    code = "import sys; from sweeps import main; main(['spaces']); print('torch' in sys.modules)"
     res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert res.returncode == 0

@@ -89,7 +89,8 @@ def test_params_lists_every_builtin_parameter_with_its_default(capsys):
 
 
 def test_numbers_as_people_write_them_are_accepted_everywhere(tmp_path, monkeypatch):
-    from sweeps._cli import build_parser, run_config
+    from sweeps.commands import build_parser
+    from sweeps.commands.run import run_config
 
     space = tmp_path / "s.yaml"
     space.write_text("name: s\nparams:\n  lr: {type: float, low: 1e-5, high: 1e-2, log: true}\n"

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from conftest import ANALYTIC_OBJECTIVE, ROOT
 
-from sweeps._cli import build_parser, run_config
+from sweeps.commands import build_parser
+from sweeps.commands.run import run_config
 from sweeps._settings import RunConfig
 
 # what each per-invocation field is given by when `csweep resume` runs the study again
