@@ -1,0 +1,104 @@
+"""A seeded trial is bit-identical run after run and across rewrites of `train`: every loss of
+every step, every validation, the health report and the exported weights of three seeded
+configurations that between them turn every stage of the loop on (LoRA on both sides, EMA,
+clipping, warmup, min-SNR, noise offset, caption dropout, the contrastive term, a projected
+embedding, several vectors, captions and repeats, crops and flips, `score: best`), against the
+figures in seeded_trial.json. The file is written by `python tests/objectives/test_seeded_trial.py
+--write` and changes only when a change means to change what a trial computes (say so in the
+commit). One torch thread: a reduction's order then depends on nothing but the code."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+GOLDEN = Path(__file__).with_name("seeded_trial.json")
+TIMINGS = ("train_seconds", "val_seconds", "sample_seconds")
+CASES = {
+    "lora_both_ema_clip": ({"steps": 10, "lr": 5e-3, "seed": 3, "val_every": 4, "lora_rank": 2,
+                            "lora_targets": "both", "warmup_steps": 3, "max_grad_norm": 0.5, "min_snr_gamma": 5.0,
+                            "noise_offset": 0.05, "caption_dropout": 0.25, "ema_decay": 0.8, "embedding_dim": 16,
+                            "token_weight_decay": 0.5, "embedding_lr_ratio": 2.0}, {}),
+    "contrastive_top_layers_best": ({"steps": 8, "lr": 5e-2, "seed": 5, "val_every": 2, "contrastive_weight": 0.5,
+                                     "contrastive_margin": 0.01, "freeze": "top_layers", "num_vectors": 2,
+                                     "embedding_lr_ratio": 0.1},
+                                    {"score": "best"}),
+    "captions_repeats_views": ({"steps": 6, "lr": 1e-2, "seed": 1, "val_every": 3, "flip": 0.5, "crop": "random",
+                                "freeze": "attention_only"}, {"data": "folder"}),
+}
+
+
+def _folder(root: Path) -> str:
+    """Two concepts, one with kohya's repeats and two captions, images that are not square."""
+    from PIL import Image
+
+    (root / "10_mydog").mkdir(parents=True)
+    (root / "cat").mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(4):
+        Image.fromarray(rng.integers(0, 256, (40, 24, 3), dtype=np.uint8)).save(root / "10_mydog" / f"d{i}.png")
+        Image.fromarray(rng.integers(0, 256, (24, 40, 3), dtype=np.uint8)).save(root / "cat" / f"c{i}.png")
+    (root / "10_mydog" / "d0.txt").write_text("a photo of {concept} on a beach\n")
+    (root / "10_mydog" / "d1.txt").write_text("my dog sleeping")
+    return str(root)
+
+
+def _figures(case: str, tmp: Path) -> dict:
+    import torch
+
+    from objectives import train
+
+    params, kw = CASES[case]
+    kw = {**kw, "data": _folder(tmp / case) if kw.get("data") else None}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run = train(params, health={"early_stop": False}, **kw).result
+    finally:
+        torch.set_num_threads(threads)
+    plain = lambda v: v if isinstance(v, (int, str)) or v is None else float(v)  # noqa: E731
+    return {
+        "result": {k: plain(v) for k, v in run.items() if isinstance(v, (int, float)) and k not in TIMINGS},
+        "history": {k: [float(x) for x in v] for k, v in run["history"].items()},
+        "curve": run["curve"],
+        "health": json.loads(json.dumps(run["health"], default=float)),
+        "tags": {k: v for k, v in run["tags"].items()},
+        "exports": {name: hashlib.sha256(data).hexdigest() for name, data in sorted(run["artifacts"].items())
+                    if name.endswith(".safetensors")},
+    }
+
+
+def _same(a, b) -> bool:
+    """Equal to the last bit (NaN equal to NaN)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_seeded_trial_is_bit_identical(case, tmp_path):
+    want = json.loads(GOLDEN.read_text())[case]
+    got = json.loads(json.dumps(_figures(case, tmp_path)))  # as the file holds them
+    for part in want:
+        assert _same(got[part], want[part]), f"{case}: {part} differs from seeded_trial.json"
+    assert got["result"]["val_loss"] < got["result"]["val_loss_init"]
+    if case == "contrastive_top_layers_best":  # the best step is not the last: restored for the score
+        assert got["result"]["best_step"] < CASES[case][0]["steps"]
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        GOLDEN.write_text(json.dumps({c: _figures(c, Path(tmp)) for c in CASES}, indent=1) + "\n")
+    print(f"wrote {GOLDEN}")
