@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from objectives._health_config import HealthConfig
-    from objectives._textual_inversion import textual_inversion
+    from objectives import textual_inversion
     from search_spaces import load_space
 
     torch.set_num_threads(1)  # small models: threads only contend on a loaded machine

@@ -141,7 +141,7 @@ def main() -> None:
                   f"{pruned} stopped at a rung; wall {e['wall']:.0f} s against {f['wall']:.0f} s "
                   f"({e['wall'] / f['wall']:.2f}); hypervolume {e['hv']:.4g} against {f['hv']:.4g} "
                   f"({e['hv'] / f['hv']:.3f})", flush=True)
-        from objectives._textual_inversion import train
+        from objectives import train
 
         # validation's cost: the same trial with validations during training and with none
         # (val_every = steps: step 0 and the last, which every trial had before)

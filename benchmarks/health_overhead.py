@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from objectives._textual_inversion import textual_inversion
+from objectives import textual_inversion
 
 
 def main() -> None:

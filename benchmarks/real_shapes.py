@@ -30,7 +30,7 @@ def main() -> None:
     import torch
 
     import objectives._textual_inversion as ti
-    from objectives._textual_inversion import pick_device, train
+    from objectives import pick_device, train
 
     torch.set_num_threads(os.cpu_count() or 1)
     print(f"# real shapes  {time.strftime('%Y-%m-%d')}  {platform.platform()}  {os.cpu_count()} CPUs  "

@@ -29,7 +29,7 @@ def main() -> int:
     build_tiny("tiny")
     load_s = time.perf_counter() - started
     from objectives import SampleConfig
-    from objectives._textual_inversion import textual_inversion
+    from objectives import textual_inversion
 
     textual_inversion({"steps": 2}, samples={})  # warm: data, pipeline classes
     with_s, without_s, share = [], [], []

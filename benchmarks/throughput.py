@@ -27,7 +27,7 @@ sys.path.insert(0, os.getcwd())
 from objectives._data import TEMPLATES, synthetic_concepts  # noqa: E402
 from objectives._memory import MemoryMeter  # noqa: E402
 from objectives._model import BaseModel, build_tiny  # noqa: E402
-from objectives._textual_inversion import pick_device, textual_inversion  # noqa: E402
+from objectives import pick_device, textual_inversion  # noqa: E402
 
 
 def reference_loop(base: BaseModel, *, steps: int, batch: int, resolution: int, lr: float = 5e-3,

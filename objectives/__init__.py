@@ -43,11 +43,18 @@ __all__ = [
     "check_plugin_importable",
     "get_objective",
     "resolve_params",
+    # loaded on first use (they import torch)
+    "Trained",
+    "TrialOutput",
+    "pick_device",
+    "textual_inversion",
+    "train",
+    "write_kohya",
 ]
 
 
-_TRAINING = {"train": "_textual_inversion", "pick_device": "_textual_inversion", "TrialOutput": "_textual_inversion",
-             "write_kohya": "_kohya"}
+_TRAINING = {"train": "_textual_inversion", "textual_inversion": "_textual_inversion", "pick_device": "_textual_inversion",
+             "Trained": "_textual_inversion", "TrialOutput": "_textual_inversion", "write_kohya": "_kohya"}
 
 
 def __getattr__(name: str):

@@ -243,3 +243,61 @@ def check_against_model(name: str, value: Any, limits: Mapping[str, int]) -> str
     if name == "unfreeze_layers" and isinstance(value, int) and value > limits["layers"]:
         return f"unfreeze_layers must be <= the model's {limits['layers']} used encoder layers, got {value}"
     return None
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """A trial's parameters resolved once (defaults filled in, types coerced, lora_alpha
+    defaulted to the rank): what `train` and its stages read. One field per entry of
+    TEXTUAL_INVERSION_PARAMS (a test holds the two together)."""
+
+    steps: int
+    lr: float
+    batch_size: int
+    resolution: int
+    seed: int
+    warmup_steps: int
+    init_std: float
+    init_from: str
+    num_vectors: int
+    token_weight_decay: float
+    freeze: str
+    unfreeze_layers: int
+    contrastive_margin: float
+    contrastive_weight: float
+    lora_rank: int
+    lora_alpha: float
+    lora_targets: str
+    embedding_dim: int
+    embedding_lr_ratio: float
+    max_grad_norm: float
+    precision: str
+    min_snr_gamma: float
+    noise_offset: float
+    caption_dropout: float
+    gradient_checkpointing: bool
+    ema_decay: float
+    weight_decay: float
+    embedding_weight_decay: float
+    crop: str
+    flip: float
+    learnable_property: str
+    val_every: int | None
+
+    @classmethod
+    def resolve(cls, params: Mapping[str, Any]) -> Knobs:
+        """Raises ValueError naming the first bad entry (resolve_params)."""
+        return cls(**resolve_params(params))
+
+    @property
+    def lora_unet(self) -> bool:
+        return self.lora_rank > 0 and self.lora_targets in ("unet", "both")
+
+    @property
+    def lora_text(self) -> bool:
+        return self.lora_rank > 0 and self.lora_targets in ("text", "both")
+
+    @property
+    def copies_text_encoders(self) -> bool:
+        """A trial trains its own copy of the text encoders when it unfreezes or adapts them."""
+        return self.freeze != "embedding_only" or self.lora_text

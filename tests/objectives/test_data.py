@@ -102,17 +102,17 @@ def test_captions_and_style_templates_reach_the_prompts(kohya_folder, monkeypatc
     learnable_property=style."""
     import copy
 
-    from objectives import _textual_inversion as ti
+    from objectives import _prompts, train
 
     seen = []
-    original = ti.token_rank_factors
+    original = _prompts.token_rank_factors
 
     def spy(ids, first_id, decay):
         seen.append(ids.clone())
         return original(ids, first_id, decay)
 
-    monkeypatch.setattr(ti, "token_rank_factors", spy)
-    run = ti.train({"steps": 2, "lr": 1e-3}, data=str(kohya_folder))
+    monkeypatch.setattr(_prompts, "token_rank_factors", spy)
+    run = train({"steps": 2, "lr": 1e-3}, data=str(kohya_folder))
     tok = copy.deepcopy(run.base.tokenizers[0])
     tok.add_tokens(["<cat>", "<mydog>"])
     rows = {tuple(r.tolist()) for ids in seen for r in ids.reshape(-1, ids.shape[-1])}
@@ -125,13 +125,13 @@ def test_captions_and_style_templates_reach_the_prompts(kohya_folder, monkeypatc
     assert ids("<mydog>, my dog sleeping") in rows
     assert ids("a photo of <cat>") in rows  # uncaptioned images keep the object templates
     seen.clear()
-    ti.train({"steps": 1, "lr": 1e-3, "learnable_property": "style"}, data=str(kohya_folder))
+    train({"steps": 1, "lr": 1e-3, "learnable_property": "style"}, data=str(kohya_folder))
     rows = {tuple(r.tolist()) for ids_ in seen for r in ids_.reshape(-1, ids_.shape[-1])}
     assert ids("a painting in the style of <cat>") in rows and ids("a photo of <cat>") not in rows
 
 
 def test_random_crop_and_flip_train_on_other_views(kohya_folder):
-    from objectives._textual_inversion import train
+    from objectives import train
 
     plain = train({"steps": 6, "lr": 1e-3}, data=str(kohya_folder)).result
     again = train({"steps": 6, "lr": 1e-3}, data=str(kohya_folder)).result

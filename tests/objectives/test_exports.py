@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load
 
 from objectives import export_model
-from objectives._textual_inversion import textual_inversion, train
+from objectives import textual_inversion, train
 
 
 def with_embeddings(params, **kw):
@@ -110,7 +110,7 @@ def test_kohya_layout_is_what_a1111_and_comfyui_read(tmp_path):
     from safetensors.torch import load_file
 
     from objectives._kohya import write_kohya
-    from objectives._textual_inversion import train
+    from objectives import train
 
     run = train({"steps": 2, "lora_rank": 2, "lora_alpha": 4.0, "lora_targets": "both"})
     pulled = tmp_path / "pulled"

@@ -10,7 +10,7 @@ import torch
 
 from objectives import HealthConfig, TrialStopped
 from objectives._phase import classify_phase
-from objectives._textual_inversion import textual_inversion
+from objectives import textual_inversion
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -84,7 +84,7 @@ def test_lora_missing_the_second_sdxl_encoder_is_flagged_dead(monkeypatch):
     (requires_grad, gradients flow) but never reach the optimizer, so they never change."""
     import objectives._textual_inversion as ti
 
-    real = ti.optimizer_groups
+    real = ti.optimizer_groups  # train's own reference to it
 
     def forgets_encoder_2(trainables, cfg):
         second = {id(p) for p in trainables.of_encoder(1)}

@@ -5,16 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from objectives._textual_inversion import (
+from objectives import textual_inversion, train
+from objectives._textual_inversion import cached_base_model
+from objectives._trainables import (
     LORA_TEXT_TARGETS,
     LORA_UNET_TARGETS,
     ConceptEmbedding,
     _embeddings_module,
     _inner,
-    cached_base_model,
-    textual_inversion,
     token_rank_factors,
-    train,
 )
 
 FAST = {"steps": 4, "lr": 1e-2}
@@ -247,7 +246,7 @@ def test_sdxl_full_unfreeze_trains_every_trainable_parameter():
 
 # --- the knobs trainers tune beside ours ------------------------------------------------------
 def test_min_snr_weights_are_the_closed_form():
-    from objectives._textual_inversion import loss_weights
+    from objectives._step import loss_weights
 
     sched = cached_base_model("tiny", "cpu").scheduler
     t = torch.tensor([0, 10, 100, 500, 999])
@@ -348,11 +347,11 @@ def test_ema_decay_exports_the_moving_average(monkeypatch):
 
 
 def test_weight_decay_per_group():
-    from objectives._params import resolve_params
-    from objectives._textual_inversion import optimizer_groups
+    from objectives._params import Knobs
+    from objectives._trainables import optimizer_groups
 
     run = train({**FAST, "lora_rank": 2})
-    groups = optimizer_groups(run.trainables, resolve_params({"lora_rank": 2, "weight_decay": 0.1,
+    groups = optimizer_groups(run.trainables, Knobs.resolve({"lora_rank": 2, "weight_decay": 0.1,
                                                               "embedding_weight_decay": 0.0}))
     assert [g["weight_decay"] for g in groups] == [0.0, 0.1]
     # on the concept vectors: a heavy decay shrinks them (diffusers #1009)

@@ -10,7 +10,7 @@ from PIL import Image
 
 from objectives import SampleConfig
 from objectives._data import SYNTHETIC_CONCEPTS
-from objectives._textual_inversion import textual_inversion
+from objectives import textual_inversion
 
 SMALL = {"seeds": 2, "steps": 4}
 

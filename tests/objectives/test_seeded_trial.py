@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 GOLDEN = Path(__file__).with_name("seeded_trial.json")
 TIMINGS = ("train_seconds", "val_seconds", "sample_seconds")
@@ -69,9 +70,21 @@ def _figures(case: str, tmp: Path) -> dict:
         "curve": run["curve"],
         "health": json.loads(json.dumps(run["health"], default=float)),
         "tags": {k: v for k, v in run["tags"].items()},
-        "exports": {name: hashlib.sha256(data).hexdigest() for name, data in sorted(run["artifacts"].items())
+        "exports": {name: _weights(data) for name, data in sorted(run["artifacts"].items())
                     if name.endswith(".safetensors")},
     }
+
+
+def _weights(data: bytes) -> dict:
+    """A safetensors file's tensors (a digest of each one's bytes) and its metadata, read back:
+    the file's own bytes order the metadata as safetensors' writer pleases."""
+    from safetensors.torch import load
+
+    tensors = load(data)
+    header = json.loads(data[8:8 + int.from_bytes(data[:8], "little")]).get("__metadata__") or {}
+    meta = {k: json.loads(v) if k.endswith("_metadata") else v for k, v in header.items()}
+    return {"tensors": {k: hashlib.sha256(v.contiguous().view(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
+                        for k, v in sorted(tensors.items())}, "metadata": meta}
 
 
 def _same(a, b) -> bool:
@@ -94,6 +107,20 @@ def test_a_seeded_trial_is_bit_identical(case, tmp_path):
     assert got["result"]["val_loss"] < got["result"]["val_loss_init"]
     if case == "contrastive_top_layers_best":  # the best step is not the last: restored for the score
         assert got["result"]["best_step"] < CASES[case][0]["steps"]
+
+
+def test_the_knobs_record_names_every_parameter_once():
+    """A knob added to the parameter table is a field of the record `train` reads, in its order."""
+    import dataclasses
+
+    from objectives import TEXTUAL_INVERSION_PARAMS
+    from objectives._params import Knobs
+
+    assert [f.name for f in dataclasses.fields(Knobs)] == list(TEXTUAL_INVERSION_PARAMS)
+    knobs = Knobs.resolve({"lora_rank": 4, "lr": 1e-3})
+    assert knobs.lora_alpha == 4.0 and knobs.lr == 1e-3 and knobs.lora_unet and not knobs.lora_text
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        knobs.lr = 1.0
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:

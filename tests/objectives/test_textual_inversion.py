@@ -4,7 +4,9 @@ import pytest
 import torch
 
 from objectives import export_model, resolve_params
-from objectives._textual_inversion import _embeddings_module, cached_base_model, textual_inversion, train
+from objectives import textual_inversion, train
+from objectives._textual_inversion import cached_base_model
+from objectives._trainables import _embeddings_module
 
 FAST = {"steps": 30, "lr": 2e-2, "batch_size": 4}
 # one test process (-n: --dist loadgroup) runs this module, so that `trained` is trained once

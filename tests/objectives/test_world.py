@@ -11,7 +11,7 @@ from PIL import Image
 
 from objectives._data import COLORS, SHAPES, SYNTHETIC_CONCEPTS
 from objectives._model import TINY_RESOLUTION, shipped_dir
-from objectives._textual_inversion import textual_inversion
+from objectives import textual_inversion
 from objectives._world import measure_colour
 
 pytestmark = pytest.mark.slow  # draws a few dozen pictures with the real pipeline

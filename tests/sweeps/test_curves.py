@@ -177,7 +177,7 @@ def test_the_builtin_validates_during_training_and_score_best_is_the_best_steps_
     import torch
     from safetensors.torch import load
 
-    from objectives._textual_inversion import train
+    from objectives import train
 
     torch.set_num_threads(1)
     params = {"lr": 5e-3, "seed": 1, "steps": 80}
