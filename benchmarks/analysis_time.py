@@ -11,7 +11,7 @@ computed per knob (`BayesGP._centred`, one knob at a time) and stacked per grid 
 surrogate does), alternately on the same studies: seconds per analysis, their ratio, and whether
 the verdicts' figures are the same to the bit.
 
-The surrogate conditions on at most reports._gp.MAX_FIT trials (a seeded random subset beyond),
+The surrogate conditions on at most common.gp.MAX_FIT trials (a seeded random subset beyond),
 so the coupling and law analyses stop growing with the study; what still grows is linear or
 close to it (tables, the front, the hypervolume history, p_front's Monte Carlo).
 """
@@ -61,7 +61,7 @@ def sampler_time(sizes: list[int]) -> None:
 
     import optuna
 
-    from sweeps._coupling_sampler import CouplingSampler
+    from sweeps import CouplingSampler
 
     warnings.filterwarnings("ignore")
     for n in sizes:
@@ -87,7 +87,7 @@ def kernel_time(sizes: list[int], rounds: int = 3) -> None:
     from synthetic import UNIT_SPACE, moderate_study
 
     from reports import coupling_analysis
-    from reports._gp import BayesGP
+    from common.gp import BayesGP
 
     warnings.filterwarnings("ignore")
     stacked = BayesGP._per_knob_xx

@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch
 
-    from objectives._health_config import HealthConfig
+    from objectives import HealthConfig
     from objectives import textual_inversion
     from search_spaces import load_space
 

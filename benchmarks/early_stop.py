@@ -67,7 +67,7 @@ def run(project: Path, space: str, study: str, trials: int, seed: int, *extra: s
 def points(study: object):
     """(the usable trials' (val_loss, peak_mem_mb), those of its front)."""
     from reports import trials_frame, usable
-    from reports._analysis import pareto_mask
+    from reports import pareto_mask
 
     pts = usable(trials_frame(study))[["val_loss", "peak_mem_mb"]].to_numpy(float)
     return pts, pts[pareto_mask(pts)]

@@ -35,7 +35,7 @@ class _Grown:
     def __call__(self, n: int) -> dict:
         from synthetic import UNIT_SPACE
 
-        from reports._analysis import coupling_analysis
+        from reports import coupling_analysis
 
         if n not in self.seen:
             got = coupling_analysis(self.trials.iloc[:n].reset_index(drop=True), UNIT_SPACE, seed=self.seed)

@@ -36,8 +36,8 @@ def _space(sleep: float):
 
 
 def csweep_run(n: int, workers: int, sleep: float, workdir: Path, study: str) -> float:
-    from sweeps.commands._options import default_storage, default_tracking
-    from sweeps._runner import RunConfig, run_sweep
+    from sweeps import default_storage, default_tracking
+    from sweeps import RunConfig, run_sweep
 
     workdir.mkdir(parents=True, exist_ok=True)
     cfg = RunConfig(space=_space(sleep), study_name=study, trials=n, workers=workers, workdir=workdir,
@@ -200,7 +200,7 @@ def _check_mlflow(workdir: Path, study: str, n: int) -> None:
     """The timed csweep run includes its MLflow logging: every trial's run is there, ended."""
     from mlflow.tracking import MlflowClient
 
-    from sweeps.commands._options import default_tracking
+    from sweeps import default_tracking
 
     client = MlflowClient(default_tracking(workdir))
     exp = client.get_experiment_by_name(study)

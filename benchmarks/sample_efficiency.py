@@ -23,8 +23,8 @@ sys.path.insert(0, os.getcwd())
 def run(space, sampler: str, trials: int, seed: int, steps: int, workdir: Path) -> "object":
     import optuna
 
-    from sweeps.commands._options import default_storage, default_tracking
-    from sweeps._runner import RunConfig, run_sweep
+    from sweeps import default_storage, default_tracking
+    from sweeps import RunConfig, run_sweep
 
     name = f"{sampler}-{trials}-{seed}"
     cfg = RunConfig(space=space, study_name=name, trials=trials, workers=2, workdir=workdir,
@@ -44,7 +44,7 @@ def main() -> None:
     import numpy as np
 
     from reports import hypervolume, reference_point
-    from reports._tables import trials_frame
+    from reports import trials_frame
     from search_spaces import load_space
 
     space = load_space("lora_embed")

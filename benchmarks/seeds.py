@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 def run(configs: int, workers: int, seeds: int, sleep: float, workdir: Path, name: str) -> float:
     from search_spaces import parse_space
-    from sweeps.commands._options import default_storage, default_tracking
-    from sweeps._runner import RunConfig, run_sweep
+    from sweeps import default_storage, default_tracking
+    from sweeps import RunConfig, run_sweep
 
     space = parse_space({"name": name, "params": {"x": {"type": "float", "low": 0, "high": 1},
                                                   "y": {"type": "float", "low": 0, "high": 1}},

@@ -130,7 +130,7 @@ def bootstrap_analysis(runs, numeric, categorical, seed):  # noqa: ANN001, ANN20
 def score(runs, numeric: dict, categorical: dict, kind: str, seed: int, method: str) -> dict:
     import synthetic as T
 
-    from reports._stability import stability_analysis
+    from reports import stability_analysis
 
     truth = {frozenset(p) for p in T.BOUNDARY_TRUTH[kind]}
     res = (bootstrap_analysis(runs, numeric, categorical, seed) if method == "bootstrap"
@@ -169,7 +169,7 @@ def main() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     import synthetic as T
 
-    from reports._tables import categorical_params, numeric_params, stability_runs_of
+    from reports import categorical_params, numeric_params, stability_runs_of
 
     sizes = [int(v) for v in a.sizes.split(",")]
     project = Path(tempfile.mkdtemp(prefix="csweep-stability-"))
@@ -190,7 +190,7 @@ def main() -> None:
                     df = T.boundary_study(seed, n=max(sizes), kind=kind, sampler=sampler)
                     numeric = T.boundary_space(kind)
                     categorical = {"freeze": list(T.FREEZE_CEILINGS)} if kind == "freeze" else {}
-                    from reports._stability import stability_runs
+                    from reports import stability_runs
 
                     all_runs = stability_runs(df)
                 else:

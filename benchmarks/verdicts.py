@@ -128,7 +128,7 @@ def run_study(project: Path, name: str, sampler: str, seed: int, trials: int) ->
 def score(study: object, n: int, planted: tuple[str, str] | None) -> tuple[list[int], list[int]]:
     """([right, inconclusive, wrong] over all pairs, [coupled, inconclusive, no sign] of the planted pair)."""
     from reports import converged, coupling_analysis, trials_frame, usable
-    from reports._tables import categorical_params, numeric_params
+    from reports import categorical_params, numeric_params
 
     ok = converged(usable(trials_frame(study)))
     ok = ok[ok["trial"] < n]

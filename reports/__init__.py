@@ -17,13 +17,23 @@ from ._analysis import (
     reference_point,
 )
 from ._report import REFERENCE_RULE, analyse, data_mismatch, decision_looks, write_comparison, write_study_report
-from ._tables import converged, pareto_frame, trials_frame, usable
+from ._stability import StabilityResult, stability_analysis, stability_runs
+from ._tables import categorical_params, converged, numeric_params, pareto_frame, stability_runs_of, trials_frame, usable
+
+write_report = write_study_report  # every report file of one study into a folder
 
 __all__ = [
     "Coupling",
     "LawFit",
     "NoiseFloor",
     "REFERENCE_RULE",
+    "StabilityResult",
+    "categorical_params",
+    "numeric_params",
+    "stability_analysis",
+    "stability_runs",
+    "stability_runs_of",
+    "write_report",
     "analyse",
     "converged",
     "coupling_analysis",

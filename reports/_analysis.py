@@ -305,9 +305,9 @@ def more_trials_to_decide(median: float, low: float, high: float, n: int) -> int
 
 def fit_surrogate(ok: pd.DataFrame, params: Mapping[str, Mapping[str, Any]],
                   categorical: Mapping[str, Sequence[Any]], *, seed: int = 0, n_hyper: int = 24) -> Any:
-    """The fully Bayesian ANOVA GP (reports._gp) on the usable trials `ok`; its knobs are
+    """The fully Bayesian ANOVA GP (common.gp) on the usable trials `ok`; its knobs are
     `params` then `categorical`, in that order."""
-    from ._gp import BayesGP
+    from common.gp import BayesGP
 
     x, groups = _design(ok, params, categorical)
     y = ok["val_loss"].astype(float).to_numpy()
@@ -326,7 +326,7 @@ CURVE_TRIAL = "curve_of_trial"  # the column of curve rows naming the trial they
 
 
 def _max_fit() -> int:
-    from ._gp import MAX_FIT
+    from common.gp import MAX_FIT
 
     return MAX_FIT
 
@@ -346,7 +346,7 @@ def _refined_argmin(rows: np.ndarray, step: float) -> tuple[np.ndarray, np.ndarr
 
 def _quad_value(pos: np.ndarray) -> np.ndarray:
     """A position along a knob's grid (in grid steps from the first point) as its scaled value."""
-    from ._gp import QUAD
+    from common.gp import QUAD
 
     return (pos + 0.5) / QUAD
 
@@ -370,7 +370,7 @@ def coupling_analysis(
     """For every pair of sampled params (numeric and categorical; or only `pairs`), the share of
     val_loss variance over the search space carried by the pair's pure interaction (its
     second-order functional ANOVA term), on posterior draws of a fully Bayesian orthogonal
-    ANOVA GP (reports._gp): the median over draws and a 95% posterior interval that carries the
+    ANOVA GP (common.gp): the median over draws and a 95% posterior interval that carries the
     surrogate's own uncertainty, hyperparameters included; strongest first. `n_boot`:
     hyperparameter draws (8 function draws each). `gp`: a surrogate fitted before (fit_surrogate).
     `level`: of the intervals (--until-decisive looks at 0.99)."""
@@ -500,11 +500,11 @@ def fit_power_law(ok: pd.DataFrame, x: str, y: str, *, params: Mapping[str, Mapp
                   gp: Any = None) -> LawFit:
     """y* = c · x^alpha, where y*(x) is the y that minimises val_loss at x (the partial dependence
     on x and y: their main effects and interaction, the other knobs averaged out), read off
-    each posterior draw of the fully Bayesian ANOVA GP (reports._gp) on the grid of x, and a
+    each posterior draw of the fully Bayesian ANOVA GP (common.gp) on the grid of x, and a
     least-squares line in log-log per draw: alpha's point is the median over draws, its 95%
     interval their 2.5-97.5 percentiles, so it carries the surrogate's own uncertainty. No law is
     stated from fewer than LAW_MIN_POINTS points of x whose best y lies inside y's range."""
-    from ._gp import QUAD
+    from common.gp import QUAD
 
     ok = ok.dropna(subset=["val_loss", x, y])
     ok = ok[(ok[x].astype(float) > 0) & (ok[y].astype(float) > 0)]

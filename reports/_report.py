@@ -39,9 +39,9 @@ from ._plots import (
     law_png,
     pair_png,
 )
-from sweeps import _attrs as A
+from common import attrs as A
 
-from ._stability import NOT_CONVERGED as RUN_NOT_CONVERGED
+from common.runs import NOT_CONVERGED as RUN_NOT_CONVERGED
 from ._stability import StabilityResult, pair_conclusions, stability_analysis, stability_frame
 from ._tables import (
     AT_EDGE,

@@ -32,15 +32,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from common.boundary import kept_columns, posterior_draws
+from common.runs import run_labels
+
 from ._analysis import _design, _unscale
 
 MOVED_ABOVE = 0.1  # a boundary moved by more than a tenth of the knob's range is coupled
-PRIOR_SCALE = 5.0  # Cauchy scale of a slope per unit range (2.5 per 0.5 sd, Gelman et al. 2008)
-INTERCEPT_SCALE = 10.0
 MIN_RUNS = 10  # below this, or with fewer than MIN_EACH of each kind of run, no verdict
 MIN_EACH = 2
-NOT_CONVERGED = ("diverged", "degrading")  # health labels of a run whose loss never settled
-SILENT = ("failed", "beaten")  # replicate labels that say nothing of where training breaks
 LEVEL = 0.95
 
 
@@ -193,23 +192,6 @@ def pair_conclusions(couplings: Sequence[Any], stability: StabilityResult) -> li
 
 
 # --- the runs ------------------------------------------------------------------------------
-def run_labels(state: str, health: str, *, outcome: str = "ok", at_rung: bool = False,
-               replicates: Sequence[str] = ()) -> list[int]:
-    """What a trial's runs say of where training breaks: one label per run, 1 for a run that did
-    not converge (health diverged or degrading, or stopped by its objective as diverging: PRUNED
-    without a rung), 0 for one that converged; none for a trial that failed, ran out of memory,
-    is still running or was beaten at a rung by --early-stop dominated. With --seeds K each
-    replicate is a run (`replicates`: their labels, "pruned" for a stopped one). The report's
-    analysis and the coupling design's boundary read trials through this one function."""
-    if replicates:
-        return [int(h in NOT_CONVERGED or h == "pruned") for h in replicates if h not in SILENT]
-    if state == "COMPLETE" and outcome == "ok":
-        return [int(health in NOT_CONVERGED)]
-    if state == "PRUNED" and not at_rung and health != "ok":
-        return [1]
-    return []
-
-
 def stability_runs(trials: pd.DataFrame, replicate_health: Mapping[int, Sequence[str]] | None = None) -> pd.DataFrame:
     """One row per training run that tells whether its config trains stably (`unstable`: run_labels)."""
     rows = []
@@ -225,14 +207,6 @@ def stability_runs(trials: pd.DataFrame, replicate_health: Mapping[int, Sequence
 
 
 # --- the model -----------------------------------------------------------------------------
-def kept_columns(groups: Mapping[str, Sequence[int]], categorical: Iterable[str]) -> list[int]:
-    """The design's columns the logistic model takes: every numeric knob's, and each categorical
-    knob's one-hot columns but its first level's (the intercept carries that level). The report's
-    analysis and the coupling design's boundary drop the same columns through this."""
-    cats = set(categorical)
-    return [c for name, cols in groups.items() for c in (list(cols)[1:] if name in cats else cols)]
-
-
 def _features(runs: pd.DataFrame, numeric: Mapping[str, Mapping[str, Any]],
               categorical: Mapping[str, Sequence[Any]], *, plus_one: str | None = None
               ) -> tuple[np.ndarray, dict[str, list[int]]]:
@@ -249,37 +223,6 @@ def _features(runs: pd.DataFrame, numeric: Mapping[str, Mapping[str, Any]],
     keep = kept_columns(groups, categorical)
     index = {c: i for i, c in enumerate(keep)}
     return full[:, keep], {name: [index[c] for c in cols if c in index] for name, cols in groups.items()}
-
-
-def _log_posterior(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Vectorised over rows of w (walkers x (1 + features)): Bernoulli-logit likelihood, Cauchy priors."""
-    eta = w[:, :1] + w[:, 1:] @ x.T
-    ll = (y * eta - np.logaddexp(0.0, eta)).sum(axis=1)
-    prior = -np.log1p((w[:, 0] / INTERCEPT_SCALE) ** 2) - np.log1p((w[:, 1:] / PRIOR_SCALE) ** 2).sum(axis=1)
-    return ll + prior
-
-
-def posterior_draws(x: np.ndarray, y: np.ndarray, *, seed: int = 0, walkers: int | None = None,
-                    steps: int = 1500, burn: int = 700, thin: int = 8) -> np.ndarray:
-    """Draws (n x (1 + features)) of the logistic model's weights, intercept first."""
-    import emcee
-
-    dim = 1 + x.shape[1]
-    walkers = walkers or max(32, 4 * dim)
-    rng = np.random.default_rng(seed)
-    # start near the penalised fit (scikit-learn's L2 logistic regression), spread by its scale
-    from sklearn.linear_model import LogisticRegression
-
-    if 0 < y.sum() < len(y):
-        fit = LogisticRegression(C=1.0, max_iter=2000).fit(x, y)
-        centre = np.r_[fit.intercept_, fit.coef_.ravel()]
-    else:
-        centre = np.r_[4.0 * (1 if y.mean() > 0.5 else -1), np.zeros(x.shape[1])]
-    start = centre + rng.normal(0, 0.5, (walkers, dim))
-    sampler = emcee.EnsembleSampler(walkers, dim, _log_posterior, args=(x, y), vectorize=True)
-    sampler.random_state = np.random.RandomState(seed).get_state()  # emcee's public seeding: repeatable draws
-    sampler.run_mcmc(start, steps, progress=False)
-    return sampler.get_chain(discard=burn, thin=thin, flat=True)
 
 
 # --- what the draws say -----------------------------------------------------------------------

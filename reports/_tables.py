@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sweeps import _attrs as A
+from common import attrs as A
+from common.runs import AT_EDGE, UNSETTLED, health_of
 
 from ._analysis import OBJECTIVES, Objectives
 
@@ -64,19 +65,6 @@ def _outcome(t: Any) -> str:
         return "out_of_memory"
     return t.user_attrs.get(A.OUTCOME) or {"COMPLETE": "ok", "PRUNED": "pruned", "FAIL": "failed"}.get(
         t.state.name, t.state.name.lower())
-
-
-AT_EDGE = "at_edge"  # a config whose seeds disagree about converging
-
-
-def health_of(t: Any) -> str:
-    """A trial's health label; "at_edge" when its seed replicates (--seeds K) disagree about
-    converging: one trains, another diverges or degrades."""
-    from ._stability import run_labels
-
-    if len(set(run_labels("", "", replicates=t.user_attrs.get(A.REPLICATE_HEALTH) or ()))) > 1:
-        return AT_EDGE
-    return t.user_attrs.get(A.HEALTH, "")
 
 
 def stability_runs_of(study: Any, trials: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -167,7 +155,7 @@ def curve_rows(fit: pd.DataFrame, curves: dict[int, list[tuple[int, float]]], st
     params the trial's. Under `--score best` a row's value is the best of the curve up to its
     step. At most max_rows // trials points per trial (evenly spaced, its own last one always),
     so the surrogate's cost stays what it was. The rows keep the trial in CURVE_TRIAL: they share
-    its seed noise, and the surrogate models that (reports._gp: an offset per trial). None when
+    its seed noise, and the surrogate models that (common.gp: an offset per trial). None when
     no trial kept a curve."""
     from ._analysis import CURVE_TRIAL
 
@@ -232,7 +220,7 @@ def usable(trials: pd.DataFrame) -> pd.DataFrame:
 
 
 # health labels of a run whose loss never settled, and of a config whose seeds disagree about it
-NOT_CONVERGED = ("diverged", "degrading", AT_EDGE)
+NOT_CONVERGED = UNSETTLED  # a trial's health when its val_loss is no usable loss
 
 
 def converged(ok: pd.DataFrame) -> pd.DataFrame:

@@ -4,7 +4,7 @@ It starts space-filling (Optuna's scrambled Sobol QMCSampler) and then, trial by
 from a Sobol pool of candidates the config that would most shrink what is unknown of the
 declared pairs' interactions (the space's `hypotheses`; with none, every pair): the posterior
 variance of their interaction components, integrated over each pair's grid, that observing the
-config would remove, under the fully Bayesian ANOVA GP that the report uses (reports._gp; an
+config would remove, under the fully Bayesian ANOVA GP that the report uses (common.gp; an
 integrated-variance design). Measured on the moderate planting at 30 trials, in-process, fresh
 seeds 9100-9159: the planted pair called coupled in 48 of 60 studies, against 37 of 60 with the
 design before (the largest posterior variance at the candidate, the main effects' at half
@@ -46,16 +46,16 @@ BOUNDARY_EVERY = 2  # once runs have broken, every this-many-th trial is spent o
 def _not_converged(t: Any) -> bool:
     """A COMPLETE run whose objective labelled it diverged or degrading (a plug-in's tags, the
     built-in health monitor): its value says where training breaks, not how the knobs trade off."""
-    from reports._tables import NOT_CONVERGED, health_of
+    from common.runs import UNSETTLED, health_of
 
-    return health_of(t) in NOT_CONVERGED
+    return health_of(t) in UNSETTLED
 
 
 def _sems(trials: Sequence[Any]) -> np.ndarray | None:
     """The trials' replicate standard errors of val_loss (--seeds K); a trial without one (a
     single seed) gets the median one seed's noise (a replicated trial's sem x sqrt(its seeds))
     over sqrt(its own seeds); None when no trial has one."""
-    from ._attrs import N_SEEDS, VAL_LOSS_SEM
+    from common.attrs import N_SEEDS, VAL_LOSS_SEM
 
     sem = np.array([float(t.user_attrs.get(VAL_LOSS_SEM) or math.nan) for t in trials])
     seeds = np.array([max(1, int(t.user_attrs.get(N_SEEDS) or 1)) for t in trials], dtype=float)
@@ -150,7 +150,7 @@ class CouplingSampler(BaseSampler):
         from optuna.trial import TrialState
         from threadpoolctl import threadpool_limits
 
-        from reports._gp import BayesGP
+        from common.gp import BayesGP
 
         names = list(space)
         cats = {n for n, d in space.items() if isinstance(d, CategoricalDistribution)}
@@ -208,9 +208,10 @@ class CouplingSampler(BaseSampler):
         whose outcome would teach the model most (the mutual information of the outcome and the
         weights, BALD), away from the trials in flight. Returns (candidates, their boundary score
         when this trial is the boundary's, else None)."""
-        from reports._stability import kept_columns, posterior_draws, run_labels
+        from common.boundary import kept_columns, posterior_draws
+        from common.runs import run_labels
 
-        from ._attrs import HEALTH, REPLICATE_HEALTH, RUNG, is_replaced
+        from common.attrs import HEALTH, REPLICATE_HEALTH, RUNG, is_replaced
 
         rows, labels = [], []
         for t in study.get_trials(deepcopy=False):
@@ -256,7 +257,7 @@ class CouplingSampler(BaseSampler):
         not fit is not proposed."""
         from optuna.trial import TrialState
 
-        from ._attrs import MAX_MEM, PEAK_MEM_SEEN
+        from common.attrs import MAX_MEM, PEAK_MEM_SEEN
 
         budget = study.user_attrs.get(MAX_MEM)
         if budget is None or "peak_mem_mb" not in metrics:
@@ -289,7 +290,7 @@ class CouplingSampler(BaseSampler):
         from sklearn.linear_model import LogisticRegression
         from sklearn.preprocessing import PolynomialFeatures
 
-        from ._attrs import RUNG, is_replaced
+        from common.attrs import RUNG, is_replaced
 
         bad = [self._encode(t.params, space, groups, width) for t in unusable
                if t.user_attrs.get(RUNG) is None and not is_replaced(study, t)]

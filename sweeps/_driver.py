@@ -16,7 +16,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from . import _attrs as A
+from common import attrs as A
 from ._result import Kind, TrialResult, combine, mlflow_record, replicate_seeds, require, tell
 from ._study import OBJECTIVES
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
-from . import _attrs as A
+from common import attrs as A
 
 REQUIRED = ("val_loss", "peak_mem_mb")
 # scores whose seed noise --seeds K measures: (metric, its std, sem and replicates attrs)

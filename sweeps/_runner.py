@@ -19,12 +19,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from . import _attrs as A
-from ._attrs import is_replaced
+from common import attrs as A
+from common.attrs import is_replaced
 from ._driver import Driver, Outcome
 from ._lane import PENDING_DIR, MlflowLane, PendingLog
 from ._settings import RunConfig
-from ._study import describe_objectives, make_sampler, make_storage, open_study, study_qmc_seed
+from ._samplers import make_sampler, sampler_spec
+from ._study import describe_objectives, make_storage, open_study, study_qmc_seed
 from ._result import TrialResult
 from ._tracking import SAMPLES_DIR, SafeTracker, redact
 from ._workers import RayPool, in_ray_job, runtime_env, start_ray
@@ -117,13 +118,14 @@ def _open_mlflow(cfg: RunConfig, study: Any) -> tuple[SafeTracker, str, Any]:
 def _open_study(cfg: RunConfig) -> Any:
     """The study, created or loaded, with the run's settings written to it."""
     storage = make_storage(cfg.storage)
-    sobol = cfg.sampler in ("qmc", "coupling")  # the samplers that draw a scrambled Sobol sequence
+    sobol = sampler_spec(cfg.sampler).sobol
     qmc_seed = study_qmc_seed(storage, cfg.study_name, cfg.seed) if sobol else None
     study = open_study(
         cfg.study_name, storage,
         sampler_factory=lambda n: make_sampler(
             cfg.sampler, seed=None if cfg.seed is None else cfg.seed + n, workers=cfg.workers,
-            pairs=[(h.x, h.y) for h in cfg.space.hypotheses], qmc_seed=qmc_seed,
+            pairs=[(h.x, h.y) for h in cfg.space.hypotheses] if sampler_spec(cfg.sampler).hypotheses else (),
+            qmc_seed=qmc_seed,
         ),
         objectives=cfg.objectives,
     )

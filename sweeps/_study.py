@@ -8,7 +8,6 @@ from typing import Any
 OBJECTIVES = ("val_loss", "peak_mem_mb")  # a study's objectives unless --objectives says more
 # every objective a study can have, in the order its values are stored, with its direction
 KNOWN_OBJECTIVES = {"val_loss": "minimize", "peak_mem_mb": "minimize", "fidelity": "maximize"}
-SAMPLERS = ("tpe", "nsga2", "gp", "random", "qmc", "coupling")
 
 
 class StudyMismatch(ValueError):
@@ -55,35 +54,6 @@ def _mismatch(storage: Any, name: str, objectives: tuple[str, ...] | list[str], 
               if names and len(names) == len(dirs) else "directions " + ", ".join(dirs))
     return (f"study {name!r} exists with {exists}; this run asks for {describe_objectives(objectives)} "
             "(--objectives): pick another --study or match its objectives")
-
-
-def make_sampler(name: str, *, seed: int | None, workers: int, pairs: Any = (), qmc_seed: int | None = None) -> Any:
-    """A sampler by name. tpe uses the constant liar when trials run in parallel; qmc is Optuna's
-    scrambled Sobol design (space-filling: the standard design for sensitivity studies);
-    coupling starts with it and then aims at the `pairs` (sweeps._coupling_sampler). `qmc_seed`:
-    the Sobol sequence's scramble seed (the study's own, sweeps._attrs.QMC_SEED) [seed]."""
-    import warnings
-
-    import optuna
-
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    if name == "qmc":
-        return optuna.samplers.QMCSampler(qmc_type="sobol", scramble=True, seed=seed if qmc_seed is None else qmc_seed,
-                                          warn_independent_sampling=False)
-    if name == "coupling":
-        from ._coupling_sampler import CouplingSampler
-
-        return CouplingSampler(pairs=pairs, seed=seed, qmc_seed=qmc_seed)
-
-    if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed, constant_liar=workers > 1, multivariate=True)
-    if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed)
-    if name == "gp":
-        return optuna.samplers.GPSampler(seed=seed)
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    raise ValueError(f"sampler {name!r} is unknown (valid: {', '.join(SAMPLERS)})")
 
 
 def make_storage(url: str) -> Any:
@@ -160,11 +130,11 @@ def existing_directions(storage: Any, name: str) -> list[str] | None:
 
 
 def study_qmc_seed(storage: Any, name: str, seed: int | None) -> int:
-    """The scramble seed of a study's Sobol sequence (sweeps._attrs.QMC_SEED): the stored one,
+    """The scramble seed of a study's Sobol sequence (common.attrs.QMC_SEED): the stored one,
     else --seed, else a fresh draw (so that no sampler draws its own and warns)."""
     import numpy as np
 
-    from . import _attrs as A
+    from common import attrs as A
 
     sid = _study_id(storage, name)
     stored = None if sid is None else storage.get_study_user_attrs(sid).get(A.QMC_SEED)

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from . import _attrs as A
+from common import attrs as A
 from ._lane import PENDING_DIR
 from ._study import OBJECTIVES
 from ._tracking import Tracker

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import _attrs as A
+from common import attrs as A
 
 # MLflow 3 opens an experiment in its GenAI (traces) view unless it says it holds training runs
 EXPERIMENT_KIND_TAG = ("mlflow.experimentKind", "custom_model_development")

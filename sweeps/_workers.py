@@ -11,7 +11,7 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import _attrs as A
+from common import attrs as A
 from ._result import Kind, TrialResult, best_point, curve_metrics, normalize, parse_curve
 
 def _node_id() -> str:

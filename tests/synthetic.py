@@ -125,8 +125,8 @@ def designed_moderate_study(seed: int, n: int, *, n_seeds: int = 1, seed_plan: s
     returned (`.attrs["pruned"]`: how many were not)."""
     import optuna
 
-    from sweeps._attrs import N_SEEDS, VAL_LOSS_SEM
-    from sweeps._coupling_sampler import CouplingSampler
+    from common.attrs import N_SEEDS, VAL_LOSS_SEM
+    from sweeps import CouplingSampler
 
     space = {name: optuna.distributions.FloatDistribution(0.0, 1.0) for name in UNIT_SPACE}
     sampler = CouplingSampler(seed=seed)
@@ -291,8 +291,8 @@ def boundary_study(seed: int, *, n: int = 40, kind: str = "rank", sampler: str =
     returned as reports.trials_frame shapes the trials."""
     import optuna
 
-    from sweeps._attrs import HEALTH
-    from sweeps._coupling_sampler import CouplingSampler
+    from common.attrs import HEALTH
+    from sweeps import CouplingSampler
 
     dists: dict[str, Any] = {}
     for name, d in boundary_space(kind).items():

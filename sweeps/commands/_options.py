@@ -150,7 +150,7 @@ def open_existing(a: argparse.Namespace, name: str | None = None) -> tuple[Path,
 
 def tracking_of(a: argparse.Namespace, study: Any, workdir: Path) -> str:
     """--tracking-uri, else the one the study's run used (when it held no password), else the default."""
-    from .. import _attrs as A
+    from common import attrs as A
 
     if a.tracking_uri:
         return a.tracking_uri
@@ -160,7 +160,7 @@ def tracking_of(a: argparse.Namespace, study: Any, workdir: Path) -> str:
 
 def stored_config(a: argparse.Namespace, study: Any, workdir: Path, storage: str, **per_invocation: Any) -> Any:
     """The study's run settings, for another run on it (resume, rerun-front)."""
-    from .. import _attrs as A
+    from common import attrs as A
     from .._settings import RunConfig
 
     stored = study.user_attrs.get(A.SETTINGS)

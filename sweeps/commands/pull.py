@@ -33,7 +33,7 @@ def cmd_pull(a: argparse.Namespace) -> int:
     workdir, _, study = open_existing(a)
     from optuna.trial import TrialState
 
-    from .. import _attrs as A
+    from common import attrs as A
 
     complete = {t.number: t for t in study.trials if t.state == TrialState.COMPLETE}
     if a.front:

@@ -53,7 +53,7 @@ def cmd_sync(a: argparse.Namespace) -> int:
 def cmd_report(a: argparse.Namespace) -> int:
     workdir, storage, study = open_existing(a)
     studies = [study] + [open_existing(a, name)[2] for name in a.others]
-    from .. import _attrs as A
+    from common import attrs as A
     from .._runner import write_study_reports
     from .._tracking import SafeTracker
 

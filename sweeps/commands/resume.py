@@ -35,7 +35,7 @@ def add_parsers(sub: Any) -> None:
 
 
 def cmd_resume(a: argparse.Namespace) -> int:
-    from .. import _attrs as A
+    from common import attrs as A
     from .._runner import fresh_seed_offset, prepare_resume, run_sweep, unfinished_reruns, write_study_reports
     from ._tracking import SafeTracker
 
@@ -62,7 +62,7 @@ def cmd_rerun_front(a: argparse.Namespace) -> int:
     workdir, storage, study = open_existing(a)
     from reports import trials_frame, pareto_frame
 
-    from .. import _attrs as A
+    from common import attrs as A
     from .._runner import fresh_seed_offset, run_sweep
 
     front = pareto_frame(study, trials_frame(study))

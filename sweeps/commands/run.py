@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from .._rungs import DEFAULT_RUNGS_TEXT
-from .._study import OBJECTIVES, SAMPLERS
+from .._samplers import SAMPLERS, check_sampler, sampler_spec
+from .._study import OBJECTIVES
 from ._options import (
     UsageError,
     add_store_options,
@@ -109,11 +110,14 @@ def add_parser(sub: Any) -> None:
 
 def cmd_run(a: argparse.Namespace) -> int:
     cfg = run_config(a)
-    if cfg.early_stop == "dominated" and (cfg.until_decisive or cfg.sampler == "coupling") \
+    if cfg.early_stop == "dominated" and (cfg.until_decisive or sampler_spec(cfg.sampler).hypotheses) \
             and not any(p.name == "steps" for p in cfg.space.params):
         print("csweep: note: --early-stop dominated keeps the trials it stops out of the coupling fits (`steps` "
-              f"is not sampled), so {'--until-decisive' if cfg.until_decisive else '--sampler coupling'} has fewer "
+              f"is not sampled), so {'--until-decisive' if cfg.until_decisive else '--sampler ' + cfg.sampler} has fewer "
               "trials to decide with; leave it off for a coupling question", file=sys.stderr)
+    if cfg.max_mem_mb is not None and not sampler_spec(cfg.sampler).constraints:
+        print(f"csweep: note: --sampler {cfg.sampler} does not read the memory budget when it proposes a config; "
+              "trials above --max-mem-mb are still marked infeasible and kept off the front", file=sys.stderr)
     if a.dry_run:
         from ._dry_run import dry_run
 
@@ -187,15 +191,10 @@ def run_config(a: argparse.Namespace) -> Any:
         err = check_data_dir(a.data)
         if err:
             raise UsageError(err)
-    if a.sampler == "coupling" and len(space.params) < 2:
-        raise UsageError(f"--sampler coupling: {space.source} samples {len(space.params)} param; a coupling "
-                         "design needs two or more")
-    if a.seed_plan == "design" and a.sampler != "coupling":
-        raise UsageError(f"--seed-plan design: the coupling design spends the seeds; use it with --sampler "
-                         f"coupling, not {a.sampler}")
-    if a.seed_plan == "design" and a.seeds < 2:
-        raise UsageError("--seed-plan design: --seeds K is the runs per trial to spend; it needs K >= 2, "
-                         f"got {a.seeds}")
+    err = check_sampler(a.sampler, source=space.source, params=len(space.params), seed_plan=a.seed_plan,
+                        seeds=a.seeds)
+    if err:
+        raise UsageError(err)
     if a.until_decisive and len(space.params) < 2:
         raise UsageError(f"--until-decisive: {space.source} samples {len(space.params)} param, so there is no "
                          "pair to decide; sample two or more")

@@ -109,7 +109,7 @@ def test_kohya_layout_is_what_a1111_and_comfyui_read(tmp_path):
     import torch
     from safetensors.torch import load_file
 
-    from objectives._kohya import write_kohya
+    from objectives import write_kohya
     from objectives import train
 
     run = train({"steps": 2, "lora_rank": 2, "lora_alpha": 4.0, "lora_targets": "both"})

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from objectives import SampleConfig
-from objectives._data import SYNTHETIC_CONCEPTS
+from objectives import SYNTHETIC_CONCEPTS
 from objectives import textual_inversion
 
 SMALL = {"seeds": 2, "steps": 4}

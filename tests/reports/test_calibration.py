@@ -281,7 +281,7 @@ def test_the_advice_names_values_the_knobs_can_take():
     knob's values are whole numbers inside its range, a stepped knob's lie on its step."""
     import optuna
 
-    from reports._tables import numeric_params
+    from reports import numeric_params
 
     def objective(t):
         rank = t.suggest_int("lora_rank", 0, 8)

@@ -11,13 +11,14 @@ import optuna
 import pandas as pd
 import pytest
 from optuna.distributions import FloatDistribution, IntDistribution
-from optuna.trial import TrialState, create_trial
+from optuna.trial import create_trial
 
 import synthetic as S
 from reports import write_study_report
-from reports._stability import stability_analysis, stability_runs
-from reports._tables import AT_EDGE, trials_frame
-from sweeps import _attrs as A
+from reports import stability_analysis, stability_runs
+from common.runs import AT_EDGE
+from reports import trials_frame
+from common import attrs as A
 
 CATS = {"freeze": list(S.FREEZE_CEILINGS)}
 

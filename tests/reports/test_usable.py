@@ -13,7 +13,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from reports import analyse, trials_frame, usable, write_study_report
-from sweeps import _attrs as A
+from common import attrs as A
 
 DISTS = {"a": FloatDistribution(0.0, 1.0), "b": FloatDistribution(0.0, 1.0), "c": FloatDistribution(0.0, 1.0),
          "mode": CategoricalDistribution(["x", "y"])}

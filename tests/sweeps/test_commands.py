@@ -10,7 +10,7 @@ import pytest
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
-from sweeps import _attrs as A
+from common import attrs as A
 from sweeps import main
 
 

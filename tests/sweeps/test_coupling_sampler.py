@@ -11,8 +11,8 @@ import pytest
 from synthetic import UNIT_SPACE, designed_moderate_study
 
 from reports import coupling_analysis
-from sweeps._attrs import MAX_MEM
-from sweeps._coupling_sampler import CouplingSampler
+from common.attrs import MAX_MEM
+from sweeps import CouplingSampler
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)

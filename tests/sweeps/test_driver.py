@@ -12,7 +12,7 @@ from fakes import DIE, FakeLog, FakePool, ok
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
 
-from sweeps import _attrs as A
+from common import attrs as A
 from sweeps._driver import Driver
 from sweeps._result import Kind, TrialResult
 
@@ -172,7 +172,8 @@ def test_plain_runs_give_the_objective_its_seed():
 
 def test_the_same_seed_samples_the_same_sequence_and_a_rerun_new_points():
     """`--seed K` on a fresh study samples the same sequence; a rerun on it seeds K + trials."""
-    from sweeps._study import make_sampler, open_study
+    from sweeps._samplers import make_sampler
+    from sweeps._study import open_study
 
     def sweep(storage, n_runs=1):
         for _ in range(n_runs):

@@ -22,7 +22,7 @@ import pytest
 
 from helpers import child_runs, load
 
-from sweeps import _attrs as A
+from common import attrs as A
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

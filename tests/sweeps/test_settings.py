@@ -16,7 +16,7 @@ from conftest import ANALYTIC_OBJECTIVE, ROOT
 
 from sweeps.commands import build_parser
 from sweeps.commands.run import run_config
-from sweeps._settings import RunConfig
+from sweeps import RunConfig
 
 # what each per-invocation field is given by when `csweep resume` runs the study again
 RESUME_GIVES = {"study_name", "trials", "workers", "workdir", "storage", "ray_address", "progress",
@@ -157,7 +157,7 @@ def test_no_import_cycles_between_modules():
     assert not cycles, cycles
     # and the reports never import the driver's modules, only its names
     assert {d for m, ds in edges.items() if m.startswith("reports.") for d in ds if d.startswith("sweeps.")} \
-        <= {"sweeps._attrs"}
+        <= {"common.attrs"}
 
 
 def test_private_optuna_routines_still_behave():

@@ -1,0 +1,46 @@
+"""The house's floors: `common` (the ground floor) and `search_spaces` import no other package of
+csweep; `objectives` and `reports` stand on them and on nothing above; `sweeps` (the commands and
+the driver) may use them all. No arrow runs back up, at module level or inside a function."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("common", "search_spaces", "objectives", "reports", "sweeps")
+MAY_IMPORT = {
+    "common": set(),
+    "search_spaces": set(),
+    "objectives": {"common", "search_spaces"},
+    "reports": {"common", "search_spaces"},
+    "sweeps": {"common", "search_spaces", "objectives", "reports"},
+}
+
+
+def imported_packages(path: Path, package: str) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            out.add(package if node.level else (node.module or "").split(".")[0])
+    return out & set(PACKAGES)
+
+
+def test_no_import_runs_back_up_a_floor():
+    wrong = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for other in imported_packages(path, package) - {package} - MAY_IMPORT[package]:
+                wrong.append(f"{path.relative_to(ROOT)} imports {other}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_layout_md_names_every_module():
+    """docs/layout.md gives every module its line."""
+    text = (ROOT / "docs" / "layout.md").read_text()
+    modules = [p.relative_to(ROOT).with_suffix("").as_posix() for package in PACKAGES
+               for p in (ROOT / package).rglob("*.py") if p.name != "__init__.py"]
+    missing = [m for m in modules if f"`{m}`" not in text]
+    assert not missing, f"docs/layout.md leaves out {missing}"
