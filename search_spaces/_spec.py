@@ -291,8 +291,12 @@ def load_space(ref: str) -> SearchSpace:
             raise SpaceError(f"{ref}: cannot read ({exc.__class__.__name__})") from None
         source = str(path)
     else:
+        import difflib
+
+        close = difflib.get_close_matches(ref, builtin_space_names(), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
         raise SpaceError(
-            f"search space {ref!r}: no such file and no built-in of that name "
+            f"search space {ref!r}: no such file and no built-in of that name{hint} "
             f"(built-ins: {', '.join(builtin_space_names())})"
         )
     try:

@@ -19,6 +19,7 @@ BAD = [
     # (files to write, argv, words the message must hold)
     ({"s.yaml": "name: s\nparams: [\n"}, ["run", "s.yaml"], ["s.yaml", "malformed YAML"]),
     ({}, ["run", "nope"], ["'nope'", "built-ins"]),
+    ({}, ["run", "warmup_int"], ["'warmup_int'", "did you mean 'warmup_init'?"]),
     ({"s.yaml": "name: s\nparams:\n  a: {type: uniform, low: 0, high: 1}\n"}, ["run", "s.yaml"],
      ["params.a.type", "'uniform'"]),
     ({"s.yaml": "name: s\nparams:\n  init_std: {type: float, low: 0.5, high: 0.1}\n"}, ["run", "s.yaml"],
