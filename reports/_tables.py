@@ -259,8 +259,32 @@ def run_link(run_id: str, tracking_uri: str | None, experiment_id: str | None) -
     return html.escape(run_id or "")
 
 
+# a trials table as a reader decides on it: the trial, its chance of being on the front, its
+# objectives and health first, its knobs after, the ids and the reason last
+LEAD_COLUMNS = ("trial", "p_front", "val_loss", "peak_mem_mb", "fidelity", "health", "outcome", "state")
+LAST_COLUMNS = ("reason", "mlflow_run_id", "node_id")
+REASON_SHOWN = 48  # characters of a reason shown in a row; the whole text on hover
+
+
+def reader_order(columns: list[str]) -> list[str]:
+    lead = [c for c in LEAD_COLUMNS if c in columns]
+    last = [c for c in LAST_COLUMNS if c in columns]
+    return lead + [c for c in columns if c not in lead and c not in last] + last
+
+
 def html_table(df: pd.DataFrame, *, tracking_uri: str | None = None, experiment_id: str | None = None) -> str:
+    """The page's table of a frame: trials tables in reader_order (the CSV files keep the
+    contract's order), a long reason cut to one line with the whole on hover, whole numbers
+    shown as such (rerun_of 27, not 27.0)."""
     shown = df.copy()
+    if "trial" in shown.columns:
+        shown = shown[reader_order(list(shown.columns))]
+    if "rerun_of" in shown.columns:
+        shown["rerun_of"] = shown["rerun_of"].astype("Int64")
+    if "reason" in shown.columns:
+        shown["reason"] = [f'<span title="{html.escape(str(r))}">{html.escape(str(r)[:REASON_SHOWN])}…</span>'
+                           if isinstance(r, str) and len(r) > REASON_SHOWN else html.escape(str(r or ""))
+                           for r in shown["reason"]]
     if "node_id" in shown.columns:  # Ray's 56-character node ids: the first 8 shown, the whole on hover
         shown["node_id"] = [f'<span title="{html.escape(str(n))}">{html.escape(str(n)[:8])}</span>'
                             if isinstance(n, str) and n else "" for n in shown["node_id"]]

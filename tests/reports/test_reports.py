@@ -407,3 +407,24 @@ def test_a_page_without_verdicts_says_why_and_what_to_do(tmp_path):
     summary = json.loads(write_study_report(study_of("few", 0), tmp_path / "b", n_boot=5)["summary.json"].read_text())
     assert summary["no_verdict_reason"] == ("Not enough usable trials for a coupling verdict yet: 5 fitted, 8 needed: "
                                             "about 3 more trials.")
+
+
+def test_tables_lead_with_what_a_reader_decides_on():
+    """The page's tables: trial, p_front and the objectives first, ids and reasons last; a long
+    reason is one line with the whole text on hover; rerun_of is a whole number (issue 45, item 4)."""
+    import re
+
+    import pandas as pd
+
+    from reports._tables import html_table
+
+    reason = "stopped at rung 2: trial 3 reached step 40 with less memory and a lower val_loss " * 2
+    df = pd.DataFrame({"trial": [7], "state": ["PRUNED"], "val_loss": [0.1], "peak_mem_mb": [12.0],
+                       "mlflow_run_id": ["a" * 32], "lr": [1e-3], "outcome": ["pruned"], "health": ["ok"],
+                       "node_id": ["n" * 56], "rerun_of": [27.0], "reason": [reason], "p_front": [0.4]})
+    page = html_table(df)
+    header = re.findall(r"<th>(.*?)</th>", page)
+    assert header[:5] == ["trial", "p_front", "val_loss", "peak_mem_mb", "health"]
+    assert header[-3:] == ["reason", "mlflow_run_id", "node_id"]
+    assert f'title="{reason}"' in page and f">{reason}<" not in page  # cut, whole on hover
+    assert "<td>27</td>" in page and "27.0" not in page
