@@ -103,7 +103,7 @@ class BayesGP:
     def __init__(self, x: np.ndarray, y: np.ndarray, groups: list[list[int]], *, categorical: list[bool],
                  sem: np.ndarray | None = None, n_hyper: int = 24, seed: int = 0, burn: int = BURN,
                  thin: int = 3, max_fit: int = MAX_FIT, cluster: np.ndarray | None = None,
-                 chains: int = CHAINS) -> None:
+                 chains: int = CHAINS, start: np.ndarray | None = None) -> None:
         rng = np.random.default_rng(seed)
         if len(x) > max_fit:
             keep = rng.choice(len(x), max_fit, replace=False)
@@ -133,7 +133,8 @@ class BayesGP:
             same.setdefault(q.tobytes() + bytes(str(q.shape), "ascii"), []).append(g)
         self._stacks = [(gs, [self._dxx[g] for g in gs], np.stack([self._dxq[g] for g in gs]),
                          self._dqq[gs[0]]) for gs in same.values()]
-        self.hypers = self._sample_hypers(n_hyper, burn, thin, chains)
+        self.last: list[np.ndarray] = []  # each chain's last state (log hyperparameters): a later start
+        self.hypers = self._sample_hypers(n_hyper, burn, thin, chains, start)
 
     # --- the centred kernel --------------------------------------------------------------
     def _centred(self, g: int, ls: float, d12: np.ndarray, d1q: np.ndarray, d2q: np.ndarray) -> np.ndarray:
@@ -208,18 +209,23 @@ class BayesGP:
         alpha = np.linalg.solve(chol, self.y)
         return float(-0.5 * alpha @ alpha - np.log(np.diag(chol)).sum())
 
-    def _sample_hypers(self, n: int, burn: int, thin: int, chains: int = 1) -> list[Hyper]:
+    def _sample_hypers(self, n: int, burn: int, thin: int, chains: int = 1,
+                       start: np.ndarray | None = None) -> list[Hyper]:
         """Elliptical slice sampling under the Gaussian (log-space) prior, in `chains` chains that
         share the `n` draws: the first starts at the prior's median, the others at draws from the
         prior, so that a posterior with several modes (a knob's steep main effect against an
         interaction with a knob that happens to follow it in the trials) is not read from the one
-        mode a single chain falls into first."""
+        mode a single chain falls into first. `start` (chains x hyperparameters, as `last` holds
+        them): where each chain starts instead, e.g. where a fit on nearly the same trials ended."""
         mean, sd = self._prior()
         out: list[Hyper] = []
         chains = max(1, min(chains, n))
         for c in range(chains):
-            start = mean.copy() if c == 0 else mean + self.rng.normal(0.0, 1.0, len(mean)) * sd
-            out += self._chain(start, mean, sd, n // chains + (c < n % chains), burn, thin)
+            if start is not None and len(start) > c and len(start[c]) == len(mean):
+                begin = np.array(start[c], dtype=float)
+            else:
+                begin = mean.copy() if c == 0 else mean + self.rng.normal(0.0, 1.0, len(mean)) * sd
+            out += self._chain(begin, mean, sd, n // chains + (c < n % chains), burn, thin)
         return out
 
     def _chain(self, theta: np.ndarray, mean: np.ndarray, sd: np.ndarray, n: int, burn: int,
@@ -244,6 +250,7 @@ class BayesGP:
                 phi = self.rng.uniform(lo, hi)
             if it >= burn and (it - burn) % thin == 0:
                 out.append(self._unpack(theta))
+        self.last.append(theta)
         return out
 
     # --- component draws -------------------------------------------------------------------

@@ -41,6 +41,11 @@ USABLE_C = 10.0  # the inverse L2 penalty of the fit of where runs fail (1, 10, 
 MAX_FIT_DESIGN = 60  # the trials a suggestion's surrogate conditions on (a random subset beyond)
 SAFE_BELOW = 0.3  # candidates predicted to break with at least this probability are not proposed
 BOUNDARY_EVERY = 2  # once runs have broken, every this-many-th trial is spent on the boundary
+# the boundary posterior's chain (common.boundary): from the penalised fit, or from where the
+# previous trial's chain ended (benchmarks/RESULTS.md: the same verdicts, a third of the time)
+COLD_CHAIN = {"steps": 500, "burn": 300, "thin": 4}
+WARM_CHAIN = {"steps": 150, "burn": 50, "thin": 2}
+WARM_BURN = 20  # the surrogate's burn-in from where the previous trial's hyperparameter chain ended
 
 
 def _not_converged(t: Any) -> bool:
@@ -88,6 +93,8 @@ class CouplingSampler(BaseSampler):
                                                warn_independent_sampling=False)
         self._rng = np.random.default_rng(seed)
         self._space: dict[str, Any] | None = None
+        self._walkers: np.ndarray | None = None  # where the boundary posterior's chain ended
+        self._hyper_start: np.ndarray | None = None  # where the surrogate's hyperparameter chain ended
 
     # --- Optuna's sampler interface ----------------------------------------------------
     def reseed_rng(self) -> None:
@@ -184,8 +191,12 @@ class CouplingSampler(BaseSampler):
             # a design needs where the interactions are unsure, not their exact shares: a lighter
             # surrogate than the report's (one chain, fewer draws, at most MAX_FIT_DESIGN trials);
             # with --seeds K the replicates' standard errors are the trials' known noise
-            gp = BayesGP(x, y, groups, categorical=[n in cats for n in names], n_hyper=8, burn=80, thin=2,
-                         chains=1, seed=int(self._rng.integers(2**31)), max_fit=MAX_FIT_DESIGN, sem=_sems(done))
+            # the chain starts where the previous trial's fit ended (on at most a few trials less)
+            warm = self._hyper_start is not None
+            gp = BayesGP(x, y, groups, categorical=[n in cats for n in names], n_hyper=8,
+                         burn=WARM_BURN if warm else 80, thin=2, chains=1, seed=int(self._rng.integers(2**31)),
+                         max_fit=MAX_FIT_DESIGN, sem=_sems(done), start=self._hyper_start)
+            self._hyper_start = np.array(gp.last) if len(gp.last) else None
             known = np.array([self._encode(t.params, space, groups, width) for t in pending]).reshape(-1, width)
             cand = self._candidates(space, names, groups, width)
             cand = self._within_budget(study, cand, space, groups, width, metrics)
@@ -208,7 +219,7 @@ class CouplingSampler(BaseSampler):
         whose outcome would teach the model most (the mutual information of the outcome and the
         weights, BALD), away from the trials in flight. Returns (candidates, their boundary score
         when this trial is the boundary's, else None)."""
-        from common.boundary import kept_columns, posterior_draws
+        from common.boundary import kept_columns, posterior_chain
         from common.runs import run_labels
 
         from common.attrs import HEALTH, REPLICATE_HEALTH, RUNG, is_replaced
@@ -228,7 +239,11 @@ class CouplingSampler(BaseSampler):
         named = dict(zip(space, groups))
         keep_cols = kept_columns(named, [n for n, cols in named.items() if len(cols) > 1])  # as the report's
         x = np.array(rows)
-        w = posterior_draws(x[:, keep_cols], y, seed=int(self._rng.integers(2**31)), steps=500, burn=300, thin=4)
+        # the walkers start where the previous trial's chain ended (its runs less at most a few):
+        # already in the posterior, a short burn-in suffices
+        warm = self._walkers is not None and self._walkers.shape[1] == 1 + len(keep_cols)
+        w, self._walkers = posterior_chain(x[:, keep_cols], y, seed=int(self._rng.integers(2**31)),
+                                           start=self._walkers if warm else None, **(WARM_CHAIN if warm else COLD_CHAIN))
         w = w[self._rng.choice(len(w), min(len(w), 256), replace=False)]
         p = 1 / (1 + np.exp(-(w[:, :1] + w[:, 1:] @ cand[:, keep_cols].T)))  # draws x candidates
         mean = p.mean(axis=0)
