@@ -79,10 +79,11 @@ def default_startup(n_params: int) -> int:
 class CouplingSampler(BaseSampler):
     """An Optuna sampler (optuna.samplers.BaseSampler's interface). `pairs`: the pairs to learn
     ([] for every pair); `n_startup`: trials drawn by scrambled Sobol first [2 x params + 2];
-    `qmc_seed`: that sequence's scramble seed [seed]."""
+    `qmc_seed`: that sequence's scramble seed [seed]. `warm_start`: each trial's chains start
+    where the previous trial's ended (benchmarks/design_chains.py compares the cold starts)."""
 
     def __init__(self, *, pairs: Sequence[tuple[str, str]] = (), n_startup: int | None = None,
-                 seed: int | None = None, qmc_seed: int | None = None) -> None:
+                 seed: int | None = None, qmc_seed: int | None = None, warm_start: bool = True) -> None:
         import optuna
 
         self.pairs = [tuple(p) for p in pairs]
@@ -95,6 +96,7 @@ class CouplingSampler(BaseSampler):
         self._space: dict[str, Any] | None = None
         self._walkers: np.ndarray | None = None  # where the boundary posterior's chain ended
         self._hyper_start: np.ndarray | None = None  # where the surrogate's hyperparameter chain ended
+        self.warm_start = warm_start
 
     # --- Optuna's sampler interface ----------------------------------------------------
     def reseed_rng(self) -> None:
@@ -196,7 +198,7 @@ class CouplingSampler(BaseSampler):
             gp = BayesGP(x, y, groups, categorical=[n in cats for n in names], n_hyper=8,
                          burn=WARM_BURN if warm else 80, thin=2, chains=1, seed=int(self._rng.integers(2**31)),
                          max_fit=MAX_FIT_DESIGN, sem=_sems(done), start=self._hyper_start)
-            self._hyper_start = np.array(gp.last) if len(gp.last) else None
+            self._hyper_start = np.array(gp.last) if len(gp.last) and self.warm_start else None
             known = np.array([self._encode(t.params, space, groups, width) for t in pending]).reshape(-1, width)
             cand = self._candidates(space, names, groups, width)
             cand = self._within_budget(study, cand, space, groups, width, metrics)
@@ -242,8 +244,9 @@ class CouplingSampler(BaseSampler):
         # the walkers start where the previous trial's chain ended (its runs less at most a few):
         # already in the posterior, a short burn-in suffices
         warm = self._walkers is not None and self._walkers.shape[1] == 1 + len(keep_cols)
-        w, self._walkers = posterior_chain(x[:, keep_cols], y, seed=int(self._rng.integers(2**31)),
+        w, walkers = posterior_chain(x[:, keep_cols], y, seed=int(self._rng.integers(2**31)),
                                            start=self._walkers if warm else None, **(WARM_CHAIN if warm else COLD_CHAIN))
+        self._walkers = walkers if self.warm_start else None
         w = w[self._rng.choice(len(w), min(len(w), 256), replace=False)]
         p = 1 / (1 + np.exp(-(w[:, :1] + w[:, 1:] @ cand[:, keep_cols].T)))  # draws x candidates
         mean = p.mean(axis=0)

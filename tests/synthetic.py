@@ -285,10 +285,11 @@ def boundary_run(kind: str, params: dict[str, Any], rng: np.random.Generator, *,
     return val + rng.normal(0, noise), "ok"
 
 
-def boundary_study(seed: int, *, n: int = 40, kind: str = "rank", sampler: str = "random") -> pd.DataFrame:
+def boundary_study(seed: int, *, n: int = 40, kind: str = "rank", sampler: str = "random",
+                   warm_start: bool = True) -> pd.DataFrame:
     """A study of the planted boundary objective in Optuna's ask/tell loop with `sampler`
-    (random, qmc, coupling), a diverged run COMPLETE with `health: diverged` as a plug-in tags it;
-    returned as reports.trials_frame shapes the trials."""
+    (random, qmc, coupling; `warm_start` its chains), a diverged run COMPLETE with `health:
+    diverged` as a plug-in tags it; returned as reports.trials_frame shapes the trials."""
     import optuna
 
     from common.attrs import HEALTH
@@ -304,7 +305,7 @@ def boundary_study(seed: int, *, n: int = 40, kind: str = "rank", sampler: str =
         dists["freeze"] = optuna.distributions.CategoricalDistribution(list(FREEZE_CEILINGS))
     make = {"random": lambda: optuna.samplers.RandomSampler(seed=seed),
             "qmc": lambda: optuna.samplers.QMCSampler(seed=seed, warn_independent_sampling=False),
-            "coupling": lambda: CouplingSampler(seed=seed)}[sampler]
+            "coupling": lambda: CouplingSampler(seed=seed, warm_start=warm_start)}[sampler]
     study = optuna.create_study(sampler=make(), directions=["minimize", "minimize"])
     rng = np.random.default_rng(seed + 7919)
     rows = []
