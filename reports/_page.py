@@ -55,6 +55,10 @@ def render_page(rep: Any, *, images: Mapping[str, Path], figure: Any, tracking_u
         if key not in shown_moved:
             shown_moved.add(key)
             conclusions += f"<li class='boundary'><b>Because of where runs break:</b> {esc(b.advice())}</li>"
+    if s.get("reruns"):  # csweep rerun-front: did the front hold under fresh seeds
+        from ._tables import rerun_sentence
+
+        conclusions += f"<li class='rerun'>{esc(rerun_sentence(s['reruns'], s['front_under_fresh_seeds']))}</li>"
     conclusions += "".join(f"<li class='decided'>{esc(c.advice())}</li>" for c in decided)
     conclusions += "".join(f"<li class='law'>{esc(f.sentence())}</li>" for f in rep.laws if f.stated)
     conclusions += "".join(f"<li class='undecided'>{esc(c.advice())}</li>" for c in undecided)

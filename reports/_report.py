@@ -55,6 +55,8 @@ from ._tables import (
     curves_of,
     numeric_params,
     pareto_frame,
+    rerun_outcomes,
+    rerun_sentence,
     stability_runs_of,
     trials_frame,
     usable,
@@ -141,6 +143,9 @@ def analyse(study: Any, *, n_boot: int = 48) -> StudyReport:
             "fidelity_signal_to_noise": (f_spread / f_noise.std) if f_spread is not None and f_noise.std else None,
             "best_fidelity": float(ok["fidelity"].max()),
         }
+    reruns, rests_on = rerun_outcomes(trials, objectives)
+    if reruns:
+        sentences.append(rerun_sentence(reruns, rests_on))
     if noise.std is not None and len(front) >= 2:
         unsure = front[front["p_front"] < 0.95]
         if len(unsure):
@@ -185,6 +190,8 @@ def analyse(study: Any, *, n_boot: int = 48) -> StudyReport:
         "stability_runs": stability.n_runs,
         "stability_runs_not_converged": stability.n_unstable,
         "pairs": pairs,
+        "reruns": reruns,
+        "front_under_fresh_seeds": rests_on,
         "strongest_coupling": (
             {"param_a": couplings[0].param_a, "param_b": couplings[0].param_b, "strength": couplings[0].strength,
              "verdict": couplings[0].verdict()}

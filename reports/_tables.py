@@ -252,6 +252,46 @@ def pareto_frame(study: Any, trials: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["peak_mem_mb", "val_loss", "trial"]).reset_index(drop=True)
 
 
+def rerun_outcomes(trials: pd.DataFrame, objectives: Objectives) -> tuple[list[dict[str, Any]], list[int]]:
+    """What `csweep rerun-front` found: per re-trained front config, its original trial and value,
+    its re-run (fresh seeds) and value, and whether it held: whether the re-run is on the front
+    under fresh seeds (the usable trials with every re-trained original replaced by its re-run, so
+    that a lucky original does not dominate its own re-run). Returns (those rows, the trials the
+    front under fresh seeds rests on); ([], []) when nothing was re-run."""
+    from ._analysis import pareto_mask
+
+    if "rerun_of" not in trials.columns or not trials["rerun_of"].notna().any():
+        return [], []
+    reruns = trials[trials["rerun_of"].notna()]
+    originals = {int(v) for v in reruns["rerun_of"]}
+    ok = usable(trials)
+    fresh = ok[~ok["trial"].isin(originals)]
+    on_front = set(fresh[pareto_mask(objectives.minimized(fresh))]["trial"].astype(int)) if len(fresh) else set()
+    by_trial = trials.set_index("trial")
+    rows = []
+    for r in reruns.itertuples():
+        original = int(r.rerun_of)
+        before = by_trial.loc[original] if original in by_trial.index else None
+        rows.append({"trial": original, "rerun": int(r.trial),
+                     "val_loss": float(before["val_loss"]) if before is not None else math.nan,
+                     "rerun_val_loss": float(r.val_loss), "rerun_seeds": int(r.n_seeds or 1),
+                     "held": int(r.trial) in on_front})
+    return rows, sorted(on_front)
+
+
+def rerun_sentence(rows: list[dict[str, Any]], rests_on: list[int]) -> str:
+    """'Under fresh seeds 2 of 3 front configs held: trial 6 did not (0.0846 -> 0.0878 over 3
+    seeds). The front now rests on trials 27, 28, 31.'"""
+    if not rows:
+        return ""
+    held = [r for r in rows if r["held"]]
+    not_held = [f"trial {r['trial']} did not ({r['val_loss']:.4g} -> {r['rerun_val_loss']:.4g} over "
+                f"{r['rerun_seeds']} seeds)" for r in rows if not r["held"]]
+    head = f"Under fresh seeds (csweep rerun-front) {len(held)} of {len(rows)} front configs held"
+    return (head + (": " + "; ".join(not_held) if not_held else "") + ". The front now rests on trials "
+            + ", ".join(map(str, rests_on)) + ".")
+
+
 def run_link(run_id: str, tracking_uri: str | None, experiment_id: str | None) -> str:
     if run_id and tracking_uri and tracking_uri.startswith(("http://", "https://")) and experiment_id:
         url = f"{tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"

@@ -77,4 +77,18 @@ def cmd_rerun_front(a: argparse.Namespace) -> int:
     print(f"study {a.study}: re-training {len(configs)} front config(s) (trials "
           f"{', '.join(str(int(n)) for n in front['trial'])}) with {a.seeds} fresh seed(s) each", file=sys.stderr)
     study.set_user_attr(A.TARGET_TRIALS, int(study.user_attrs.get(A.TARGET_TRIALS, 0)) + len(configs))
-    return finish(run_sweep(cfg), workdir, a.tracking_uri, cfg.tracking_uri)
+    code = finish(run_sweep(cfg), workdir, a.tracking_uri, cfg.tracking_uri)
+    print(front_held(study))
+    return code
+
+
+def front_held(study: Any) -> str:
+    """Per re-trained config: held or not under its fresh seeds, and the trials the front now rests on."""
+    from reports import trials_frame
+    from reports._analysis import Objectives
+    from reports._tables import rerun_outcomes, rerun_sentence
+
+    rows, rests_on = rerun_outcomes(trials_frame(study), Objectives.of(study))
+    lines = [f"  trial {r['trial']} ({r['val_loss']:.4g}) -> trial {r['rerun']} ({r['rerun_val_loss']:.4g} over "
+             f"{r['rerun_seeds']} fresh seeds): {'held' if r['held'] else 'did not hold'}" for r in rows]
+    return "\n".join([rerun_sentence(rows, rests_on), *lines])

@@ -428,3 +428,31 @@ def test_tables_lead_with_what_a_reader_decides_on():
     assert header[-3:] == ["reason", "mlflow_run_id", "node_id"]
     assert f'title="{reason}"' in page and f">{reason}<" not in page  # cut, whole on hover
     assert "<td>27</td>" in page and "27.0" not in page
+
+
+def test_a_rerun_front_says_which_configs_held_under_fresh_seeds():
+    """Issue 45, item 5: a lucky original does not dominate its own re-run; a re-run worse than
+    another config's is 'did not hold'; the front now rests on the re-runs and the untouched."""
+    import pandas as pd
+
+    from reports._analysis import Objectives
+    from reports._tables import rerun_outcomes, rerun_sentence
+
+    rows = [  # trial, val_loss, peak_mem_mb, rerun_of
+        (0, 0.0846, 10.0, None), (1, 0.0900, 5.0, None), (2, 0.0950, 12.0, None),
+        (3, 0.0878, 10.0, 0.0),  # trial 0 again: worse than its lucky 0.0846, still the best at 10 MB
+        (4, 0.0990, 5.0, 1.0),  # trial 1 again: worse, still the least memory
+    ]
+    df = pd.DataFrame([{"trial": t, "state": "COMPLETE", "val_loss": v, "peak_mem_mb": m, "outcome": "ok",
+                        "health": "ok", "n_seeds": 3 if r is not None else 1, "rerun_of": r} for t, v, m, r in rows])
+    out, rests_on = rerun_outcomes(df, Objectives(("val_loss", "peak_mem_mb"), ("minimize", "minimize")))
+    by = {r["trial"]: r for r in out}
+    assert by[0]["held"] and by[0]["rerun"] == 3 and by[1]["held"]
+    assert rests_on == [3, 4]  # trial 2 (0.095 at 12 MB) is dominated by trial 3
+    df.loc[df["trial"] == 4, "val_loss"] = 0.2  # and a cheaper config beside it beats it
+    df.loc[len(df)] = {"trial": 5, "state": "COMPLETE", "val_loss": 0.09, "peak_mem_mb": 4.0, "outcome": "ok",
+                       "health": "ok", "n_seeds": 1, "rerun_of": None}
+    out, rests_on = rerun_outcomes(df, Objectives(("val_loss", "peak_mem_mb"), ("minimize", "minimize")))
+    text = rerun_sentence(out, rests_on)
+    assert "1 of 2 front configs held" in text and "trial 1 did not (0.09 -> 0.2 over 3 seeds)" in text
+    assert text.endswith("The front now rests on trials 3, 5.")

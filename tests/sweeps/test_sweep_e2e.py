@@ -367,6 +367,17 @@ def test_seed_replicates_and_rerun_front(analytic_project, csweep):
     table = pd.read_csv(analytic_project / "csweep_runs/reports/analytic/trials.csv")
     assert table["rerun_of"].iloc[5:].astype(int).tolist() == [t.user_attrs["rerun_of"] for t in new]
     assert table["rerun_of"].iloc[:5].isna().all()
+    # and it says whether the front held under the fresh seeds, per config, on the page too
+    summary = json.loads((analytic_project / "csweep_runs/reports/analytic/summary.json").read_text())
+    assert sorted(r["trial"] for r in summary["reruns"]) == sorted(front["trial"])
+    assert f"of {len(front)} front configs held" in res.stdout and "The front now rests on trials" in res.stdout
+    for r in summary["reruns"]:
+        assert f"-> trial {r['rerun']} (" in res.stdout
+        assert ("held" if r["held"] else "did not hold") in res.stdout
+    assert set(summary["front_under_fresh_seeds"]).isdisjoint(summary["reruns"][i]["trial"]
+                                                              for i in range(len(summary["reruns"])))
+    page = (analytic_project / "csweep_runs/reports/analytic/index.html").read_text()
+    assert "front configs held" in page
 
 
 def test_sweeps_run_one_after_another_in_one_process_each_use_their_own_plug_in(tmp_path, monkeypatch, capsys):
