@@ -41,10 +41,10 @@ from ._plots import (
 )
 from common import attrs as A
 
+from common.runs import AT_EDGE
 from common.runs import NOT_CONVERGED as RUN_NOT_CONVERGED
 from ._stability import StabilityResult, pair_conclusions, stability_analysis, stability_frame
 from ._tables import (
-    AT_EDGE,
     CURVE_COLUMNS,
     FIDELITY_NOISE_COLUMNS,
     NOISE_COLUMNS,

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from common import attrs as A
-from common.runs import AT_EDGE, UNSETTLED, health_of
+from common.runs import UNSETTLED, health_of
 
 from ._analysis import OBJECTIVES, Objectives
 
