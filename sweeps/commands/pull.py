@@ -20,6 +20,9 @@ def add_parser(sub: Any) -> None:
     pull.add_argument("directory")
     pull.add_argument("--format", choices=("diffusers", "kohya"), default="diffusers",
                       help="diffusers' layout, or kohya's, which AUTOMATIC1111 and ComfyUI load [diffusers]")
+    pull.add_argument("--seed", type=int, metavar="S",
+                      help="which seed replicate's weights, when the trial trained several (--seeds K; its val_loss "
+                           "is their mean) [the trial's first seed]")
     add_store_options(pull)
     pull.set_defaults(handler=cmd_pull)
 
@@ -48,33 +51,91 @@ def cmd_pull(a: argparse.Namespace) -> int:
     missing = [t.number for t in trials if not t.user_attrs.get(A.MLFLOW_RUN_ID)]
     if missing:
         raise UsageError(f"pull: trial {missing[0]} has no MLflow run yet (run `csweep sync {a.study}` first)")
+    import os
+    import tempfile
+
+    import yaml
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one line per file instead
     import mlflow.artifacts
 
     tracking = tracking_of(a, study, workdir)
-    import tempfile
-
+    # each trial's config and its seeds (a trial of --seeds K names them; one seed: its config's),
+    # every --seed checked before anything is written
+    configs: dict[int, dict[str, Any]] = {}
+    seeds: dict[int, list[int]] = {}
     for t in trials:
-        folder = target / f"trial-{t.number}" if a.front else target
-        folder.mkdir(parents=True, exist_ok=True)
         run_id = t.user_attrs[A.MLFLOW_RUN_ID]
         with tempfile.TemporaryDirectory() as tmp:
-            into = folder if a.format == "diffusers" else Path(tmp)
             try:
-                names = {f.path for f in mlflow.MlflowClient(tracking).list_artifacts(run_id)}
-                for path in ("concepts", "pytorch_lora_weights.safetensors", "config.yaml"):
-                    if path in names:
-                        mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=path, dst_path=str(into),
-                                                            tracking_uri=tracking)
+                client = mlflow.MlflowClient(tracking)
+                has = any(f.path == "config.yaml" for f in client.list_artifacts(run_id))
+                configs[t.number] = yaml.safe_load(Path(client.download_artifacts(run_id, "config.yaml", tmp))
+                                                   .read_text()) or {} if has else {}
             except Exception as exc:  # noqa: BLE001 - MLflow unreachable or the run's artifacts gone
                 print(f"csweep: pull: cannot read trial {t.number}'s run {run_id} from {redacted(tracking)} "
                       f"({exc.__class__.__name__}: {str(exc)[:200]})", file=sys.stderr)
                 return 1
-            print(f"trial {t.number} -> {folder}")
-            if a.format == "diffusers":
-                print(_load_lines(folder))
-                continue
-            print(_write_kohya(into, folder, f"{study.study_name}-trial-{t.number}"))
+        seeds[t.number] = [int(s) for s in t.user_attrs.get(A.SEEDS) or [configs[t.number].get("seed", 0)]]
+    if a.seed is not None:
+        lacking = [n for n, s in seeds.items() if a.seed not in s]
+        if lacking:
+            raise UsageError(f"pull --seed {a.seed}: trial {lacking[0]} trained seed(s) "
+                             f"{', '.join(map(str, seeds[lacking[0]]))} only")
+    for t in trials:
+        folder = target / f"trial-{t.number}" if a.front else target
+        if not _pull_trial(a, study, t, folder, tracking, configs[t.number], seeds[t.number]):
+            return 1
     return 0
+
+
+def _pull_trial(a: argparse.Namespace, study: Any, t: Any, folder: Path, tracking: str, config: dict[str, Any],
+                seeds: list[int]) -> bool:
+    """One trial's exports into `folder`, in diffusers' or kohya's layout, one line per file;
+    False (and a line on stderr) when MLflow cannot give them."""
+    import shutil
+    import tempfile
+
+    import mlflow.artifacts
+    import yaml
+
+    from common import attrs as A
+
+    folder.mkdir(parents=True, exist_ok=True)
+    run_id = t.user_attrs[A.MLFLOW_RUN_ID]
+    seed = a.seed if a.seed is not None else seeds[0]
+    # the first replicate's files at the run's top; the others' under replicates/seedS/
+    prefix = "" if seed == seeds[0] else f"replicates/seed{seed}/"
+    with tempfile.TemporaryDirectory() as tmp:
+        into = folder if a.format == "diffusers" else Path(tmp) / "pulled"
+        try:
+            client = mlflow.MlflowClient(tracking)
+            names = {f.path for f in client.list_artifacts(run_id, prefix.rstrip("/") or None)}
+            for name in ("concepts", "pytorch_lora_weights.safetensors"):
+                if prefix + name in names:
+                    got = Path(mlflow.artifacts.download_artifacts(
+                        run_id=run_id, artifact_path=prefix + name, dst_path=str(Path(tmp) / "run"),
+                        tracking_uri=tracking))
+                    into.mkdir(parents=True, exist_ok=True)
+                    (shutil.copytree(got, into / name, dirs_exist_ok=True) if got.is_dir()
+                     else shutil.copy(got, into / name))
+        except Exception as exc:  # noqa: BLE001 - MLflow unreachable or the run's artifacts gone
+            print(f"csweep: pull: cannot read trial {t.number}'s run {run_id} from {redacted(tracking)} "
+                  f"({exc.__class__.__name__}: {str(exc)[:200]})", file=sys.stderr)
+            return False
+        if config:  # the trial's config, with the seed whose weights these are
+            into.mkdir(parents=True, exist_ok=True)
+            (into / "config.yaml").write_text(yaml.safe_dump({**config, "seed": seed}, sort_keys=True))
+        print(f"trial {t.number}, seed {seed}"
+              + (f" of its seeds {', '.join(map(str, seeds))} (its val_loss is their mean; --seed picks another)"
+                 if len(seeds) > 1 else "") + f" -> {folder}")
+        if a.format == "diffusers":
+            for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+                print(f"  wrote {path}")
+            print(_load_lines(folder))
+        else:
+            print(_write_kohya(into, folder, f"{study.study_name}-trial-{t.number}"))
+    return True
 
 
 def _write_kohya(pulled: Path, folder: Path, prefix: str) -> str:

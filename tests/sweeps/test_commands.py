@@ -135,3 +135,57 @@ def test_dry_run_trains_configs_for_two_steps_and_writes_nothing(tmp_path, capsy
     err = capsys.readouterr().err
     assert rc == 0 and "note: --early-stop dominated keeps the trials it stops out of the coupling fits" in err
     assert "--sampler coupling has fewer trials" in err
+
+
+def test_pull_says_which_seeds_weights_it_writes_and_picks_another(tmp_path, monkeypatch, capsys):
+    """Issue 45, item 6: a trial of --seeds 2 scores their mean; pull writes its first seed's
+    weights unless --seed picks another, says which, one line per file, no progress bars; a seed
+    the trial never trained is refused before anything is written."""
+    import mlflow
+    import numpy as np
+    import optuna
+    from safetensors.numpy import save
+
+    monkeypatch.chdir(tmp_path)
+    work = tmp_path / "csweep_runs"
+    work.mkdir()
+    client = mlflow.MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
+    exp = client.create_experiment("s", artifact_location=(work / "mlartifacts").as_uri())
+    run = client.create_run(exp)
+    files = {"concepts/dog/learned_embeds.safetensors": save({"<dog>": np.zeros((1, 4), np.float32)}),
+             "replicates/seed1/concepts/dog/learned_embeds.safetensors": save({"<dog>": np.ones((1, 4), np.float32)}),
+             "config.yaml": b"lr: 0.01\nseed: 0\n"}
+    for name, blob in files.items():
+        path = tmp_path / "up" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(blob)
+    client.log_artifacts(run.info.run_id, str(tmp_path / "up"))
+    study = optuna.create_study(study_name="s", storage=f"sqlite:///{work / 'optuna.db'}",
+                                directions=["minimize", "minimize"])
+    t = study.ask({"lr": optuna.distributions.FloatDistribution(1e-3, 1e-1, log=True)})
+    t.set_user_attr(A.MLFLOW_RUN_ID, run.info.run_id)
+    t.set_user_attr(A.SEEDS, [0, 1])
+    study.tell(t, [0.1, 10.0])
+    capsys.readouterr()
+
+    assert main(["pull", "s", "--trial", "0", str(tmp_path / "bad"), "--seed", "5"]) == 2
+    assert "pull --seed 5: trial 0 trained seed(s) 0, 1 only" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
+
+    assert main(["pull", "s", "--trial", "0", str(tmp_path / "first")]) == 0
+    out = capsys.readouterr()
+    assert "trial 0, seed 0 of its seeds 0, 1 (its val_loss is their mean; --seed picks another)" in out.out
+    assert "Downloading" not in out.err + out.out
+    from safetensors.numpy import load_file
+
+    assert load_file(str(tmp_path / "first/concepts/dog/learned_embeds.safetensors"))["<dog>"].sum() == 0
+
+    assert main(["pull", "s", "--trial", "0", str(tmp_path / "second"), "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "trial 0, seed 1 of its seeds 0, 1" in out
+    written = sorted(p.relative_to(tmp_path / "second").as_posix() for p in (tmp_path / "second").rglob("*")
+                     if p.is_file())
+    assert written == ["concepts/dog/learned_embeds.safetensors", "config.yaml"]
+    assert all(f"  wrote {tmp_path / 'second' / w}" in out for w in written)
+    assert load_file(str(tmp_path / "second/concepts/dog/learned_embeds.safetensors"))["<dog>"].sum() == 4
+    assert "seed: 1" in (tmp_path / "second/config.yaml").read_text()
