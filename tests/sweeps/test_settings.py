@@ -91,7 +91,7 @@ def test_every_run_option_survives_a_resume(tmp_path, monkeypatch):
 
 
 def test_attribute_names_live_in_one_module_that_imports_nothing():
-    tree = ast.parse((ROOT / "sweeps" / "_attrs.py").read_text())
+    tree = ast.parse((ROOT / "common" / "attrs.py").read_text())
     assert not [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
     # the attribute names are not retyped as bare strings where they are used
     named = {n.targets[0].id: n.value.value for n in tree.body
@@ -101,9 +101,9 @@ def test_attribute_names_live_in_one_module_that_imports_nothing():
     tags = {v for k, v in named.items() if k.startswith("TAG_") or k in ("FAIL_REASON", "PRUNE_REASON")}
     assert "optuna.trial_number" in tags and "fail_reason" in tags
     offenders = []
-    for package in ("sweeps", "reports"):
-        for path in (ROOT / package).glob("*.py"):
-            if path.name == "_attrs.py":
+    for package in ("sweeps", "reports", "common"):
+        for path in (ROOT / package).rglob("*.py"):
+            if path.name == "attrs.py":
                 continue
             for node in ast.walk(ast.parse(path.read_text())):
                 if isinstance(node, ast.Call) and getattr(node.func, "attr", "") in ("set_user_attr", "get") \
