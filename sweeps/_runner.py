@@ -413,15 +413,24 @@ def _progress(cfg: RunConfig, total: int) -> Any:
     return tqdm(total=total, desc=cfg.study_name, unit="trial", file=sys.stderr, dynamic_ncols=True)
 
 
+def in_flight_text(flight: dict[str, int], seeds: int) -> dict[str, Any]:
+    """The bar's words for what runs now: `running=N` trials, or with --seeds K > 1 `running="4 runs
+    of 2 configs"` (a config's seed replicates run side by side, each on a worker: 2 workers and
+    --seeds 2 train one config at a time)."""
+    if seeds <= 1:
+        return {"running": flight["running"]}
+    configs = flight["configs"]
+    return {"running": f"{flight['running']} run{'s' * (flight['running'] != 1)} of {configs} "
+                       f"config{'s' * (configs != 1)}"}
+
+
 def _update(bar: Any, study: Any, outcome: Outcome, flight: dict[str, int], seeds: int) -> None:
-    """The bar counts trials (configs); `running` counts the runs workers are executing now (a
-    config's seed replicates each one), and with --seeds K > 1 `configs` the trials they belong to."""
-    more = {"configs": flight["configs"]} if seeds > 1 else {}
+    """The bar counts trials (configs) done; `running` says what runs now (in_flight_text)."""
     # the front's size reads every trial from the storage: at most once a second, not per trial
     now = time.monotonic()
     if now - getattr(bar, "_front_at", -1e9) >= 1.0:
         bar._front_at, bar._front = now, len(study.best_trials)
     bar.set_postfix(done=outcome.completed, failed=outcome.failed, oom=outcome.out_of_memory,
-                    pruned=outcome.pruned, running=flight["running"], **more, queued=flight["queued"],
+                    pruned=outcome.pruned, **in_flight_text(flight, seeds), queued=flight["queued"],
                     front=bar._front, refresh=False)
     bar.update(outcome.done - bar.n)  # several trials may be told between two updates

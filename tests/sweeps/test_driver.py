@@ -255,6 +255,12 @@ def test_the_progress_counts_the_replicates_running_not_the_configs():
     assert len(seen) == 3
     assert seen[0] == {"running": 2, "queued": 0, "configs": 1}  # the second config's replicates
     assert seen[-1] == {"running": 0, "queued": 0, "configs": 0}
+    # as the bar words it: runs of configs, not a bare configs=1 that reads as "one config in all"
+    from sweeps._runner import in_flight_text
+
+    assert in_flight_text(seen[0], 2) == {"running": "2 runs of 1 config"}
+    assert in_flight_text({"running": 4, "queued": 0, "configs": 2}, 2) == {"running": "4 runs of 2 configs"}
+    assert in_flight_text({"running": 3, "queued": 1, "configs": 3}, 1) == {"running": 3}
 
 
 def _stored_space_study(names):
