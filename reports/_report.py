@@ -307,16 +307,20 @@ def _left_out_sentence(left_out: pd.DataFrame, n_fitted: int) -> str:
             "they stay in the front and the tables.")
 
 
+OPEN_DRAWN = 2  # the strongest undecided pairs drawn beside the decided ones
+
+
 def _declared_pairs(study: Any, sampled: Sequence[str], couplings: list[Any],
                     stability: StabilityResult | None = None) -> list[tuple[str, str]]:
-    """The pairs drawn: the space's hypotheses, the pairs the loss or the boundary calls coupled
-    (and, with no hypotheses, the two strongest couplings), else the first two sampled params; of
-    every kind (numeric, categorical)."""
+    """The pairs drawn: those the Conclusions talk about (the pairs the loss or the boundary calls
+    coupled, and the OPEN_DRAWN strongest the trials cannot decide yet) and the space's
+    hypotheses; else the first two sampled params; of every kind (numeric, categorical)."""
     space = study.user_attrs.get(A.SPACE) or {}
     pairs = [(h["x"], h["y"]) for h in space.get("hypotheses", []) if h["x"] in sampled and h["y"] in sampled]
     seen = {frozenset(p) for p in pairs}
     decided = [(c.param_a, c.param_b) for c in couplings if c.ci_low > COUPLED_ABOVE]
     decided += [(b.by, b.param) for b in (stability.boundaries if stability else []) if b.verdict_key == "coupled"]
+    decided += [(c.param_a, c.param_b) for c in couplings if not c.decided][:OPEN_DRAWN]  # strongest first
     for p in decided:
         if frozenset(p) not in seen:
             pairs.append(p)

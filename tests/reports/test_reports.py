@@ -456,3 +456,21 @@ def test_a_rerun_front_says_which_configs_held_under_fresh_seeds():
     text = rerun_sentence(out, rests_on)
     assert "1 of 2 front configs held" in text and "trial 1 did not (0.09 -> 0.2 over 3 seeds)" in text
     assert text.endswith("The front now rests on trials 3, 5.")
+
+
+def test_the_pairs_the_conclusions_talk_about_get_their_pictures():
+    """Issue 45, item 2: a declared pair that came out 'no sign', the decided pair the README is
+    about, and the strongest open ones are all drawn."""
+    from types import SimpleNamespace
+
+    from reports._analysis import Coupling
+    from reports._report import _declared_pairs
+
+    study = SimpleNamespace(user_attrs={"space": {"hypotheses": [{"x": "lr", "y": "init_std"}]}})
+    couplings = [Coupling("lora_rank", "lr", 0.3, 0.12, 0.5, 40), Coupling("lora_rank", "init_std", 0.08, 0.01, 0.3, 40),
+                 Coupling("steps", "lr", 0.06, 0.0, 0.25, 40), Coupling("steps", "init_std", 0.04, 0.0, 0.2, 40),
+                 Coupling("lr", "init_std", 0.01, 0.0, 0.03, 40)]
+    drawn = {frozenset(p) for p in _declared_pairs(study, ["lora_rank", "lr", "init_std", "steps"], couplings)}
+    assert frozenset(("lora_rank", "lr")) in drawn and frozenset(("lr", "init_std")) in drawn
+    assert {frozenset(("lora_rank", "init_std")), frozenset(("steps", "lr"))} <= drawn  # the two strongest open
+    assert frozenset(("steps", "init_std")) not in drawn
