@@ -42,6 +42,7 @@ FIDELITY = "fidelity"  # concept fidelity of the trial's samples, when it drew a
 FIDELITY_STD = "fidelity_std"  # with --seeds K > 1: the replicates' std, sem and values
 FIDELITY_SEM = "fidelity_sem"
 FIDELITY_REPLICATES = "fidelity_replicates"
+CONCEPTS_SHOWN = "concepts_shown"  # per concept, whether the trial's samples show it: {name: 0 or 1}
 VAL_CURVE = "val_curve"  # [[step, val_loss], ...] of the validations during training
 BEST_STEP = "best_step"  # the validated step with the lowest val_loss
 VAL_LOSS_AT_BEST = "val_loss_at_best"

@@ -91,19 +91,28 @@ class VisionEncoder:
 
 def fidelity(encoder: Any, samples: Mapping[str, np.ndarray], real: Mapping[str, Sequence[np.ndarray]]) -> dict[str, float]:
     """Per concept and overall: mean pairwise cosine similarity of its samples' embeddings with
-    its training images' embeddings. `samples[name]`: (..., H, W, 3), `real[name]`: images
-    (H, W, 3), all in [0, 1]."""
+    its training images' embeddings; with several concepts, per concept whether its samples are
+    more alike its own training images than any other concept's (`shows/NAME`: 1 or 0), and the
+    share of concepts that hold (`concepts_shown`). `samples[name]`: (..., H, W, 3), `real[name]`:
+    images (H, W, 3), all in [0, 1]."""
 
     def unit(x: np.ndarray) -> np.ndarray:
         return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
 
     out: dict[str, float] = {}
+    reals = {name: unit(encoder.embed(np.stack(imgs))) for name, imgs in real.items() if len(imgs)}
+    shown: list[float] = []
     for name, drawn in samples.items():
-        if not len(real.get(name, ())):
+        if name not in reals:
             continue
         a = unit(encoder.embed(drawn.reshape(-1, *drawn.shape[-3:])))
-        b = unit(encoder.embed(np.stack(real[name])))
-        out[f"fidelity/{name}"] = float((a @ b.T).mean())
+        alike = {other: float((a @ b.T).mean()) for other, b in reals.items()}
+        out[f"fidelity/{name}"] = alike[name]
+        if len(reals) > 1:  # the samples look more like their own concept than like any other
+            out[f"shows/{name}"] = float(alike[name] >= max(alike.values()))
+            shown.append(out[f"shows/{name}"])
     if out:
-        out["fidelity"] = float(np.mean(list(out.values())))
+        out["fidelity"] = float(np.mean([v for k, v in out.items() if k.startswith("fidelity/")]))
+    if shown:
+        out["concepts_shown"] = float(np.mean(shown))  # the share of concepts whose samples show them
     return out

@@ -54,6 +54,11 @@ def gallery_html(rep: Any, samples: Path | None) -> str:
         facts = [f"val_loss {_fmt(row['val_loss'])}", f"peak_mem_mb {_fmt(row['peak_mem_mb'])}"]
         if "fidelity" in row.index:
             facts.append(f"fidelity {_fmt(row['fidelity'])}")
+        shown, missing = (str(row.get("concepts_shown") or ""), str(row.get("concepts_not_shown") or ""))
+        if missing and missing != "nan":  # samples that do not show their concept, said so
+            facts.append(f"its samples do not show {missing}" + (f" (they show {shown})" if shown and shown != "nan" else ""))
+        elif shown and shown != "nan":
+            facts.append("its samples show every concept")
         health = str(row["health"]) if "health" in row.index else ""
         if health and health != "nan":
             facts.append(f"health {health}")

@@ -223,7 +223,7 @@ def analyse(study: Any, *, n_boot: int = 48) -> StudyReport:
         summary["no_verdict_reason"] = _no_verdict_reason(
             len(fit), len(numeric) + sum(len(v) >= 2 for v in categorical.values()), early_stops=out_of_fits)
     extras = {"feasible", "fidelity", "outcome", *NOISE_COLUMNS, *FIDELITY_NOISE_COLUMNS, *CURVE_COLUMNS,
-              "health", "node_id", "rerun_of", "reason"}
+              "health", "node_id", "rerun_of", "reason", "concepts_shown", "concepts_not_shown"}
     return StudyReport(
         study.study_name, trials, front, summary, couplings, laws,
         hypervolume_history(trials, ok, ref, objectives) if ref else None,

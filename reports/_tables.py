@@ -110,6 +110,9 @@ def trials_frame(study: Any) -> pd.DataFrame:
                                    and all(c <= 0 for c in _constraint_values(t)))
         if fidelity:
             row["fidelity"] = values.get(A.FIDELITY, t.user_attrs.get(A.FIDELITY, math.nan)) if ok else math.nan
+            shown = t.user_attrs.get(A.CONCEPTS_SHOWN) or {}
+            row["concepts_shown"] = ", ".join(n for n, v in sorted(shown.items()) if v >= 0.5) if shown else ""
+            row["concepts_not_shown"] = ", ".join(n for n, v in sorted(shown.items()) if v < 0.5) if shown else ""
         row["outcome"] = outcome
         row["n_seeds"] = int(t.user_attrs.get(A.N_SEEDS, 1))
         row["val_loss_std"] = t.user_attrs.get(A.VAL_LOSS_STD, math.nan)
@@ -130,7 +133,7 @@ def trials_frame(study: Any) -> pd.DataFrame:
                          or stale.get(str(t.number), ""))
         rows.append(row)
     columns = list(FIXED_COLUMNS) + names + (["feasible"] if constrained else [])
-    columns += (["fidelity"] if fidelity else []) + ["outcome", *NOISE_COLUMNS]
+    columns += (["fidelity", "concepts_shown", "concepts_not_shown"] if fidelity else []) + ["outcome", *NOISE_COLUMNS]
     columns += (list(FIDELITY_NOISE_COLUMNS) if fidelity else []) + (list(CURVE_COLUMNS) if curves else [])
     columns += ["health", "node_id"]
     columns += (["rerun_of"] if reruns else []) + ["reason"]

@@ -240,6 +240,9 @@ def tell(study: Any, trial: Any, result: TrialResult, *, max_mem_mb: float | Non
         m = result.metrics
         if A.FIDELITY in m:  # the reports show it beside the objectives
             trial.set_user_attr(A.FIDELITY, m[A.FIDELITY])
+        shown = {k.split("/", 1)[1]: m[k] for k in m if k.startswith("shows/")}
+        if shown:  # the gallery says which concepts the samples show
+            trial.set_user_attr(A.CONCEPTS_SHOWN, shown)
         for name, std_key, sem_key, replicates_key in NOISY:
             if std_key in m:
                 trial.set_user_attr(std_key, m[std_key])

@@ -63,3 +63,40 @@ def test_fidelity_with_a_local_clip_folder(tmp_path):
     out = textual_inversion({"steps": 2}, samples={**SMALL, "fidelity_model": str(tmp_path / "clip")})
     default = textual_inversion({"steps": 2}, samples=SMALL)
     assert -1 <= out["fidelity"] <= 1 and out["fidelity"] != default["fidelity"]
+
+
+def test_the_samples_say_which_concepts_they_show(monkeypatch):
+    """Issue 45, item 3: samples that look more like another concept's training images than like
+    their own do not show their concept, and the gallery says so per trial."""
+    import numpy as np
+
+    from objectives._fidelity import fidelity
+
+    class Mean:  # an image's mean colour as its embedding
+        def embed(self, images):
+            return images.reshape(len(images), -1, 3).mean(1)
+
+    red, blue = np.zeros((2, 8, 8, 3)), np.zeros((2, 8, 8, 3))
+    red[..., 0], blue[..., 2] = 1.0, 1.0
+    real = {"red": list(red), "blue": list(blue)}
+    right = fidelity(Mean(), {"red": red[None], "blue": blue[None]}, real)
+    assert right["shows/red"] == right["shows/blue"] == 1.0 and right["concepts_shown"] == 1.0
+    swapped = fidelity(Mean(), {"red": blue[None], "blue": blue[None]}, real)
+    assert swapped["shows/red"] == 0.0 and swapped["shows/blue"] == 1.0 and swapped["concepts_shown"] == 0.5
+    one = fidelity(Mean(), {"red": red[None]}, {"red": list(red)})  # one concept: nothing to tell apart
+    assert "concepts_shown" not in one and one["fidelity"] == pytest.approx(1.0)
+
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from reports._gallery import gallery_html
+
+    row = {"trial": 3, "state": "COMPLETE", "val_loss": 0.1, "peak_mem_mb": 5.0, "fidelity": 0.4,
+           "concepts_shown": "blue", "concepts_not_shown": "red", "health": "ok", "outcome": "ok"}
+    rep = SimpleNamespace(front=pd.DataFrame([row]), ok=pd.DataFrame([row]), trials=pd.DataFrame([row]), params=[])
+    import reports._gallery as G
+
+    monkeypatch.setattr(G, "gallery_rows", lambda rep, samples: [("front", pd.Series(row), {"red": "data:,"})])
+    page = gallery_html(rep, None)
+    assert "its samples do not show red (they show blue)" in page
