@@ -25,7 +25,8 @@ def dry_run(cfg: Any, n: int) -> int:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    # every core of this machine, unless OMP_NUM_THREADS says how many this process may use
+    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS") or 0) or os.cpu_count() or 1))
     dists = cfg.space.distributions()
     sampler = optuna.samplers.QMCSampler(seed=cfg.seed if cfg.seed is not None else 0, warn_independent_sampling=False)
     study = optuna.create_study(sampler=sampler, directions=["minimize"])
