@@ -32,6 +32,8 @@ def _init_from_ok(v: Any) -> bool:
 FREEZE_MODES = ("embedding_only", "attention_only", "top_layers", "full")
 LORA_TARGETS = ("unet", "text", "both")
 PRECISIONS = ("fp32", "bf16", "fp16")
+OPTIMIZERS = ("adamw", "adamw8bit", "prodigy", "adafactor")
+LR_SCHEDULERS = ("constant_with_warmup", "constant", "linear", "cosine", "cosine_with_restarts")
 
 
 def _one_of(values: tuple[str, ...]) -> Callable[[Any], bool]:
@@ -142,6 +144,23 @@ TEXTUAL_INVERSION_PARAMS: dict[str, ParamRule] = {
         "object", str, "one of object, style", lambda v: v in ("object", "style"),
         "prompt templates of an object concept ('a photo of <c>') or a style ('a painting in the style of <c>'); "
         "an image's .txt caption replaces them",
+    ),
+    "optimizer": ParamRule(
+        "adamw", str, f"one of {', '.join(OPTIMIZERS)}", _one_of(OPTIMIZERS),
+        "torch's AdamW; bitsandbytes' 8-bit AdamW (CUDA and the bitsandbytes package); Prodigy (the prodigyopt "
+        "package: it adapts its own step size d, lr multiplies it, so set lr 1); transformers' Adafactor at a "
+        "fixed lr. weight_decay and embedding_weight_decay apply to each",
+    ),
+    "prodigy_d_coef": ParamRule(
+        1.0, float, "a float > 0", lambda v: v > 0,
+        "Prodigy's d_coef: scales the step size it adapts (the trainers' 'consensus' for LoRAs: 2)",
+    ),
+    "lr_scheduler": ParamRule(
+        "constant_with_warmup", str, f"one of {', '.join(LR_SCHEDULERS)}", _one_of(LR_SCHEDULERS),
+        "the lr schedule (diffusers' get_scheduler) after warmup_steps of linear warmup (constant has none)",
+    ),
+    "lr_cycles": ParamRule(
+        1, int, "an int >= 1", _int_ge(1), "cosine_with_restarts: how many cosine cycles (hard restarts) in the steps",
     ),
     "val_every": ParamRule(
         None, int, "an int >= 1 and <= steps (or null = auto)", lambda v: v is None or v >= 1,
@@ -282,6 +301,10 @@ class Knobs:
     crop: str
     flip: float
     learnable_property: str
+    optimizer: str
+    prodigy_d_coef: float
+    lr_scheduler: str
+    lr_cycles: int
     val_every: int | None
 
     @classmethod

@@ -278,24 +278,50 @@ def set_up(knobs: Knobs, model: str, data: str | None, gen: torch.Generator) -> 
 
 
 def optimization(run: TrialRun) -> Optimization:
-    """AdamW: the embedding's lr is lr x embedding_lr_ratio; a linear warmup to a constant lr
-    (diffusers.optimization); the trainables' moving average (diffusers' EMAModel) with ema_decay;
-    a GradScaler for fp16."""
+    """The optimizer (make_optimizer) over the trainables' groups: the embedding's lr is lr x
+    embedding_lr_ratio; the lr schedule, after warmup_steps of linear warmup (diffusers'
+    get_scheduler); the trainables' moving average (diffusers' EMAModel) with ema_decay; a
+    GradScaler for fp16."""
     from diffusers.optimization import get_scheduler
 
     knobs = run.knobs
     groups = optimizer_groups(run.parts.trainables, knobs)
     params = [p for g in groups for p in g["params"]]
-    opt = torch.optim.AdamW(groups)
+    opt = make_optimizer(knobs, groups, run.device)
     ema = None
     if knobs.ema_decay > 0:
         from diffusers.training_utils import EMAModel
 
         ema = EMAModel(params, decay=knobs.ema_decay)
-    schedule = get_scheduler("constant_with_warmup", opt, num_warmup_steps=knobs.warmup_steps,
-                             num_training_steps=knobs.steps)
+    schedule = get_scheduler(knobs.lr_scheduler, opt, num_warmup_steps=knobs.warmup_steps,
+                             num_training_steps=knobs.steps, num_cycles=knobs.lr_cycles)
     scaler = torch.amp.GradScaler("cuda") if knobs.precision == "fp16" else None
     return Optimization(params, opt, schedule, ema, scaler)
+
+
+def make_optimizer(knobs: Knobs, groups: list[dict[str, Any]], device: torch.device) -> torch.optim.Optimizer:
+    """The `optimizer` knob, from the library that defines it, over the groups (each with its lr
+    and weight decay): torch's AdamW, bitsandbytes' AdamW8bit (CUDA only), prodigyopt's Prodigy
+    (with prodigy_d_coef), transformers' Adafactor at the groups' fixed lr."""
+    if knobs.optimizer == "adamw8bit":
+        if device.type != "cuda":
+            raise ValueError("optimizer adamw8bit needs a CUDA device (bitsandbytes' 8-bit AdamW); this worker has "
+                             "none: use adamw")
+        try:
+            import bitsandbytes as bnb
+        except ImportError:
+            raise ValueError("optimizer adamw8bit needs the bitsandbytes package on the worker "
+                             "(pip install bitsandbytes)") from None
+        return bnb.optim.AdamW8bit(groups)
+    if knobs.optimizer == "prodigy":
+        from prodigyopt import Prodigy
+
+        return Prodigy(groups, d_coef=knobs.prodigy_d_coef)
+    if knobs.optimizer == "adafactor":
+        from transformers.optimization import Adafactor
+
+        return Adafactor(groups, scale_parameter=False, relative_step=False, warmup_init=False)
+    return torch.optim.AdamW(groups)
 
 
 def health_monitor(run: TrialRun, hcfg: HealthConfig) -> HealthMonitor:
@@ -355,6 +381,8 @@ def training_loop(run: TrialRun, hcfg: HealthConfig, gen: torch.Generator, *, sc
             break
         lr_now = update(optim, knobs, monitor)
         history["lr"].append(lr_now)
+        if "d" in opt.param_groups[0]:  # Prodigy's adapted step size: its effective lr is d x lr
+            history.setdefault("prodigy_d", []).append(float(opt.param_groups[0]["d"]))
         if term is not None:
             history["contrastive"].append(float(term.detach()))
         if on_step is not None:

@@ -382,3 +382,53 @@ def test_the_memory_meter_keeps_nothing_alive_of_a_branch_the_loss_does_not_use(
     del model, meter, used, unused
     gc.collect()
     assert alive() is None
+
+
+@pytest.mark.parametrize("schedule", ["constant", "linear", "cosine", "cosine_with_restarts"])
+def test_the_lr_follows_diffusers_schedule(schedule):
+    """lr_scheduler (and lr_cycles) are diffusers' get_scheduler's, after warmup_steps of warmup."""
+    from diffusers.optimization import get_scheduler
+
+    knobs = {"steps": 8, "lr": 1e-2, "warmup_steps": 2, "lr_scheduler": schedule, "lr_cycles": 2, "val_every": 8}
+    got = train(knobs).result["history"]["lr"]
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1e-2 * 1.0)  # the embedding group's lr
+    ref = get_scheduler(schedule, opt, num_warmup_steps=2, num_training_steps=8, num_cycles=2)
+    want = []
+    for _ in range(8):
+        want.append(opt.param_groups[0]["lr"])
+        opt.step()
+        ref.step()
+    assert got == pytest.approx(want)
+    assert len(set(round(v, 12) for v in got)) > (1 if schedule == "constant" else 3) or schedule == "constant"
+
+
+def test_prodigy_adapts_its_step_and_d_coef_scales_it():
+    """optimizer prodigy (prodigyopt): its d starts at d0 = 1e-6 and grows; d_coef scales the d it
+    adapts to; the concept rows move at lr 1."""
+    runs = {c: train({**FAST, "steps": 6, "lr": 1.0, "optimizer": "prodigy", "prodigy_d_coef": c, "val_every": 6})
+            for c in (1.0, 4.0)}
+    d1, d4 = (runs[c].result["history"]["prodigy_d"] for c in (1.0, 4.0))
+    assert len(d1) == 6 and d1[-1] > 1e-6 and d4[-1] > 2 * d1[-1]
+    assert all(b >= a for a, b in zip(d1, d1[1:]))  # d never shrinks
+    assert runs[1.0].result["history"]["lr"] == [1.0] * 6  # lr multiplies d; the schedule is constant
+    assert "prodigy_d" not in train({**FAST, "steps": 2, "val_every": 2}).result["history"]
+
+
+def test_adafactor_and_adamw8bit_come_from_their_libraries(monkeypatch):
+    """optimizer adafactor is transformers' Adafactor at the groups' fixed lr (not its relative
+    step); adamw8bit is refused with a reason on a worker without CUDA."""
+    import transformers.optimization as T
+
+    made = []
+
+    class Spy(T.Adafactor):
+        def __init__(self, params, **kw):
+            made.append(kw)
+            super().__init__(params, **kw)
+
+    monkeypatch.setattr(T, "Adafactor", Spy)
+    run = train({**FAST, "steps": 3, "optimizer": "adafactor", "embedding_lr_ratio": 0.5, "val_every": 3})
+    assert made == [{"scale_parameter": False, "relative_step": False, "warmup_init": False}]
+    assert run.result["history"]["lr"] == [FAST["lr"] * 0.5] * 3
+    with pytest.raises(ValueError, match="optimizer adamw8bit needs a CUDA device"):
+        train({**FAST, "steps": 1, "optimizer": "adamw8bit"})

@@ -38,6 +38,9 @@ BAD = [
     ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--set", "token_weight_decay=1.5"],
      ["token_weight_decay must be a float in (0, 1]", "1.5"]),
     ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--set", "precision=fp8"], ["precision must be one of"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--set", "optimizer=sgd"], ["optimizer must be one of", "prodigy"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--set", "lr_scheduler=step"], ["lr_scheduler must be one of", "cosine"]),
+    ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--set", "prodigy_d_coef=0"], ["prodigy_d_coef must be a float > 0"]),
     ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--set", "lora_targets=vae"], ["lora_targets must be one of"]),
     ({"s.yaml": GOOD_SPACE}, ["run", "s.yaml", "--set", "lora_rank=-2"], ["lora_rank must be an int >= 0"]),
     ({"s.yaml": "name: s\nparams:\n  embedding_dim: {type: int, low: 4, high: 64}\n"}, ["run", "s.yaml"],
@@ -200,6 +203,6 @@ def test_spaces_lists_builtins_without_heavy_imports(tmp_path):
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert res.returncode == 0
     names = [line.split()[0] for line in res.stdout.splitlines()[:-1]]
-    assert names == ["all8", "contrastive", "demo", "freeze", "lora_embed", "stability", "token_decay",
-                     "trainer_knobs", "warmup_init"]
+    assert names == ["all8", "contrastive", "demo", "freeze", "lora_embed", "prodigy", "stability",
+                     "token_decay", "trainer_knobs", "warmup_init"]
     assert res.stdout.splitlines()[-1] == "False"
