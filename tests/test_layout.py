@@ -46,3 +46,35 @@ def test_layout_md_names_every_module():
              if p.suffix in (".py", ".sh")]
     missing = [m for m in modules + tools if f"`{m}`" not in text]
     assert not missing, f"docs/layout.md leaves out {missing}"
+
+
+def test_every_import_of_csweep_resolves_even_inside_functions():
+    """The commands import lazily (nothing heavy before the input is checked): an import inside a
+    function that names a module or a name that is not there fails only when that command runs.
+    Every `from X import Y` of csweep's own packages, at any depth, names what X has."""
+    import importlib
+
+    wrong = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            here = ".".join(parts[:-1])  # the package a relative import starts from
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.ImportFrom):
+                    continue
+                name = importlib.util.resolve_name("." * node.level + (node.module or ""), here) if node.level \
+                    else node.module
+                if name.split(".")[0] not in PACKAGES:
+                    continue
+                try:
+                    module = importlib.import_module(name)
+                except ImportError as exc:
+                    wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} {exc}")
+                    continue
+                for alias in node.names:
+                    if alias.name != "*" and not hasattr(module, alias.name):
+                        try:
+                            importlib.import_module(f"{name}.{alias.name}")
+                        except ImportError:
+                            wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} {name} has no {alias.name}")
+    assert not wrong, "\n".join(wrong)

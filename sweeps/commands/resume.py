@@ -37,7 +37,7 @@ def add_parsers(sub: Any) -> None:
 def cmd_resume(a: argparse.Namespace) -> int:
     from common import attrs as A
     from .._runner import fresh_seed_offset, prepare_resume, run_sweep, unfinished_reruns, write_study_reports
-    from ._tracking import SafeTracker
+    from .._tracking import SafeTracker
 
     workdir, storage, study = open_existing(a)
     cfg = stored_config(a, study, workdir, storage, trials=0)
