@@ -91,9 +91,9 @@ class VisionEncoder:
 
 def fidelity(encoder: Any, samples: Mapping[str, np.ndarray], real: Mapping[str, Sequence[np.ndarray]]) -> dict[str, float]:
     """Per concept and overall: mean pairwise cosine similarity of its samples' embeddings with
-    its training images' embeddings; with several concepts, per concept whether its samples are
-    more alike its own training images than any other concept's (`shows/NAME`: 1 or 0), and the
-    share of concepts that hold (`concepts_shown`). `samples[name]`: (..., H, W, 3), `real[name]`:
+    its training images' embeddings; with several concepts, per concept whether most of its
+    samples, each on its own, are more alike its own training images than any other concept's
+    (`shows/NAME`: 1 or 0), and the share of concepts that hold (`concepts_shown`). `samples[name]`: (..., H, W, 3), `real[name]`:
     images (H, W, 3), all in [0, 1]."""
 
     def unit(x: np.ndarray) -> np.ndarray:
@@ -106,10 +106,11 @@ def fidelity(encoder: Any, samples: Mapping[str, np.ndarray], real: Mapping[str,
         if name not in reals:
             continue
         a = unit(encoder.embed(drawn.reshape(-1, *drawn.shape[-3:])))
-        alike = {other: float((a @ b.T).mean()) for other, b in reals.items()}
-        out[f"fidelity/{name}"] = alike[name]
-        if len(reals) > 1:  # the samples look more like their own concept than like any other
-            out[f"shows/{name}"] = float(alike[name] >= max(alike.values()))
+        per_sample = {other: (a @ b.T).mean(axis=1) for other, b in reals.items()}  # each sample's likeness
+        out[f"fidelity/{name}"] = float(per_sample[name].mean())
+        if len(reals) > 1:  # most of its samples, each on its own, look most like their own concept
+            own = np.all([per_sample[name] >= v for v in per_sample.values()], axis=0)
+            out[f"shows/{name}"] = float(own.mean() > 0.5)
             shown.append(out[f"shows/{name}"])
     if out:
         out["fidelity"] = float(np.mean([v for k, v in out.items() if k.startswith("fidelity/")]))
