@@ -372,6 +372,19 @@ def test_every_kind_of_pair_is_drawn_and_a_figure_that_fails_is_left_out_with_a_
         assert "law_width__noise.png left out: RuntimeError: planted: this figure cannot be drawn" in err
         page = files["index.html"].read_text()
         assert "law_width__noise.png left out" in page and "Conclusions" in page
+        # the pairs the Conclusions tell to tune together, the two strongest open ones and the
+        # declared ones have their pictures on the page
+        import re
+
+        import pandas as pd
+
+        couplings = pd.read_csv(files["coupling.csv"])
+        talked = [tuple(r) for r in couplings[couplings["verdict"] == "coupled"][["param_a", "param_b"]].values]
+        talked += [tuple(r) for r in couplings[couplings["verdict"] == "inconclusive"][["param_a", "param_b"]].values][:2]
+        talked += [("mode", "width"), ("width", "noise")]
+        for a, b in talked:
+            drawn = re.findall(r'alt="(val_loss over [^"]*|[^"]* stable region[^"]*)"', page)
+            assert f'alt="val_loss over {a} × {b}"' in page or f'alt="val_loss over {b} × {a}"' in page, (a, b, drawn)
         for name in ("pareto.png", "summary.json", "coupling.csv", "trials.csv"):
             assert files[name].stat().st_size > 0
     finally:  # the study is module-wide
