@@ -55,7 +55,7 @@ def tokenize_prompts(parts: TrialParts, knobs: Knobs, concepts: ConceptSet, comb
         train_scale=token_rank_factors(train_ids[0].cpu(), first_id, knobs.token_weight_decay).to(device),
         templates=len(train_templates),
         val_ids=[ids.to(device) for ids in ids_for(val_template)],
-        empty_ids=[],
+        empty_ids=[ids.to(device) for ids in tokenized([""])],
     )
     words = {c: " ".join(tokens[c]) for c in range(len(concepts.names))}
     captioned = {k: with_concept(cap, concepts.names[concepts.train[k][1][0]], words[concepts.train[k][1][0]])
@@ -74,6 +74,5 @@ def tokenize_prompts(parts: TrialParts, knobs: Knobs, concepts: ConceptSet, comb
         out.val_caption_ids = [torch.cat([r[e] for r in rows]).to(device) for e in range(len(parts.encoders))]
     if concepts.repeats and len(set(concepts.repeats)) > 1:
         out.weights = torch.tensor([float(r) for r in concepts.repeats])
-    out.empty_ids = [ids.to(device) for ids in tokenized([""])]
     return out
 

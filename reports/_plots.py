@@ -105,11 +105,11 @@ def loss_scale(ok: pd.DataFrame) -> tuple[float, float, pd.DataFrame] | None:
     beyond it that did not converge (diverged, degrading, at the edge), to be marked at its top:
     one diverged run's loss, 10x the rest, would flatten every other point onto the bottom.
     None when every run converged or the others fit the range anyway."""
-    from ._tables import NOT_CONVERGED
+    from common.runs import UNSETTLED
 
     if "health" not in ok.columns or not len(ok):
         return None
-    broke = ok["health"].astype(str).isin(NOT_CONVERGED)
+    broke = ok["health"].astype(str).isin(UNSETTLED)
     settled = ok.loc[~broke, "val_loss"].astype(float)
     if len(settled) < 2 or not broke.any():
         return None

@@ -41,8 +41,7 @@ from ._plots import (
 )
 from common import attrs as A
 
-from common.runs import AT_EDGE
-from common.runs import NOT_CONVERGED as RUN_NOT_CONVERGED
+from common.runs import AT_EDGE, NOT_CONVERGED
 from ._stability import StabilityResult, pair_conclusions, stability_analysis, stability_frame
 from ._tables import (
     CURVE_COLUMNS,
@@ -129,7 +128,7 @@ def analyse(study: Any, *, n_boot: int = 48) -> StudyReport:
     outcomes = {k: int(v) for k, v in trials["outcome"].value_counts().items()}
     replicated = ok[ok["n_seeds"].fillna(1).astype(int) >= 2] if "n_seeds" in ok.columns else ok.iloc[:0]
     at_edge = replicated[replicated["health"].astype(str) == AT_EDGE]
-    broke = replicated[replicated["health"].astype(str).isin(RUN_NOT_CONVERGED)]
+    broke = replicated[replicated["health"].astype(str).isin(NOT_CONVERGED)]
     sentences = [noise.sentence(spread)]
     if len(at_edge) or len(broke):
         sentences.append(_edge_sentence(at_edge, len(broke)))

@@ -223,7 +223,6 @@ def usable(trials: pd.DataFrame) -> pd.DataFrame:
 
 
 # health labels of a run whose loss never settled, and of a config whose seeds disagree about it
-NOT_CONVERGED = UNSETTLED  # a trial's health when its val_loss is no usable loss
 
 
 def converged(ok: pd.DataFrame) -> pd.DataFrame:
@@ -236,7 +235,7 @@ def converged(ok: pd.DataFrame) -> pd.DataFrame:
     trade off. They stay in the front, the tables and every plot but the pair contours."""
     if "health" not in ok.columns:
         return ok
-    return ok[~ok["health"].astype(str).isin(NOT_CONVERGED)]
+    return ok[~ok["health"].astype(str).isin(UNSETTLED)]
 
 
 def pareto_frame(study: Any, trials: pd.DataFrame) -> pd.DataFrame:

@@ -118,13 +118,14 @@ def _open_mlflow(cfg: RunConfig, study: Any) -> tuple[SafeTracker, str, Any]:
 def _open_study(cfg: RunConfig) -> Any:
     """The study, created or loaded, with the run's settings written to it."""
     storage = make_storage(cfg.storage)
-    sobol = sampler_spec(cfg.sampler).sobol
+    spec = sampler_spec(cfg.sampler)
+    sobol = spec.sobol
     qmc_seed = study_qmc_seed(storage, cfg.study_name, cfg.seed) if sobol else None
     study = open_study(
         cfg.study_name, storage,
         sampler_factory=lambda n: make_sampler(
             cfg.sampler, seed=None if cfg.seed is None else cfg.seed + n, workers=cfg.workers,
-            pairs=[(h.x, h.y) for h in cfg.space.hypotheses] if sampler_spec(cfg.sampler).hypotheses else (),
+            pairs=[(h.x, h.y) for h in cfg.space.hypotheses] if spec.hypotheses else (),
             qmc_seed=qmc_seed,
         ),
         objectives=cfg.objectives,

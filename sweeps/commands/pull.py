@@ -57,9 +57,10 @@ def cmd_pull(a: argparse.Namespace) -> int:
     import yaml
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one line per file instead
-    import mlflow.artifacts
+    import mlflow
 
     tracking = tracking_of(a, study, workdir)
+    client = mlflow.MlflowClient(tracking)
     # each trial's config and its seeds (a trial of --seeds K names them; one seed: its config's),
     # every --seed checked before anything is written
     configs: dict[int, dict[str, Any]] = {}
@@ -68,13 +69,11 @@ def cmd_pull(a: argparse.Namespace) -> int:
         run_id = t.user_attrs[A.MLFLOW_RUN_ID]
         with tempfile.TemporaryDirectory() as tmp:
             try:
-                client = mlflow.MlflowClient(tracking)
                 has = any(f.path == "config.yaml" for f in client.list_artifacts(run_id))
                 configs[t.number] = yaml.safe_load(Path(client.download_artifacts(run_id, "config.yaml", tmp))
                                                    .read_text()) or {} if has else {}
             except Exception as exc:  # noqa: BLE001 - MLflow unreachable or the run's artifacts gone
-                print(f"csweep: pull: cannot read trial {t.number}'s run {run_id} from {redacted(tracking)} "
-                      f"({exc.__class__.__name__}: {str(exc)[:200]})", file=sys.stderr)
+                _unreadable(t.number, run_id, tracking, exc)
                 return 1
         seeds[t.number] = [int(s) for s in t.user_attrs.get(A.SEEDS) or [configs[t.number].get("seed", 0)]]
     if a.seed is not None:
@@ -84,19 +83,23 @@ def cmd_pull(a: argparse.Namespace) -> int:
                              f"{', '.join(map(str, seeds[lacking[0]]))} only")
     for t in trials:
         folder = target / f"trial-{t.number}" if a.front else target
-        if not _pull_trial(a, study, t, folder, tracking, configs[t.number], seeds[t.number]):
+        if not _pull_trial(a, study, t, folder, client, tracking, configs[t.number], seeds[t.number]):
             return 1
     return 0
 
 
-def _pull_trial(a: argparse.Namespace, study: Any, t: Any, folder: Path, tracking: str, config: dict[str, Any],
-                seeds: list[int]) -> bool:
+def _unreadable(number: int, run_id: str, tracking: str, exc: Exception) -> None:
+    print(f"csweep: pull: cannot read trial {number}'s run {run_id} from {redacted(tracking)} "
+          f"({exc.__class__.__name__}: {str(exc)[:200]})", file=sys.stderr)
+
+
+def _pull_trial(a: argparse.Namespace, study: Any, t: Any, folder: Path, client: Any, tracking: str,
+                config: dict[str, Any], seeds: list[int]) -> bool:
     """One trial's exports into `folder`, in diffusers' or kohya's layout, one line per file;
     False (and a line on stderr) when MLflow cannot give them."""
     import shutil
     import tempfile
 
-    import mlflow.artifacts
     import yaml
 
     from common import attrs as A
@@ -109,19 +112,16 @@ def _pull_trial(a: argparse.Namespace, study: Any, t: Any, folder: Path, trackin
     with tempfile.TemporaryDirectory() as tmp:
         into = folder if a.format == "diffusers" else Path(tmp) / "pulled"
         try:
-            client = mlflow.MlflowClient(tracking)
             names = {f.path for f in client.list_artifacts(run_id, prefix.rstrip("/") or None)}
             for name in ("concepts", "pytorch_lora_weights.safetensors"):
                 if prefix + name in names:
-                    got = Path(mlflow.artifacts.download_artifacts(
-                        run_id=run_id, artifact_path=prefix + name, dst_path=str(Path(tmp) / "run"),
-                        tracking_uri=tracking))
+                    (Path(tmp) / "run").mkdir(exist_ok=True)
+                    got = Path(client.download_artifacts(run_id, prefix + name, str(Path(tmp) / "run")))
                     into.mkdir(parents=True, exist_ok=True)
                     (shutil.copytree(got, into / name, dirs_exist_ok=True) if got.is_dir()
                      else shutil.copy(got, into / name))
         except Exception as exc:  # noqa: BLE001 - MLflow unreachable or the run's artifacts gone
-            print(f"csweep: pull: cannot read trial {t.number}'s run {run_id} from {redacted(tracking)} "
-                  f"({exc.__class__.__name__}: {str(exc)[:200]})", file=sys.stderr)
+            _unreadable(t.number, run_id, tracking, exc)
             return False
         if config:  # the trial's config, with the seed whose weights these are
             into.mkdir(parents=True, exist_ok=True)

@@ -49,7 +49,6 @@ def cmd_sync(a: argparse.Namespace) -> int:
     return 0
 
 
-
 def cmd_report(a: argparse.Namespace) -> int:
     workdir, storage, study = open_existing(a)
     studies = [study] + [open_existing(a, name)[2] for name in a.others]
