@@ -16,6 +16,7 @@ from ._params import (
     resolve_params,
 )
 from ._fidelity import check_fidelity_model
+from ._single_file import CheckpointError, check_single_file, config_source, is_single_file, safe_copy_of_pickle
 from ._samples import SampleConfig, data_digest, training_grids
 from ._registry import BUILTIN_OBJECTIVES, ObjectiveSpec, check_plugin_importable, get_objective
 
@@ -30,6 +31,11 @@ __all__ = [
     "ParamRule",
     "SampleConfig",
     "check_fidelity_model",
+    "CheckpointError",
+    "check_single_file",
+    "config_source",
+    "is_single_file",
+    "safe_copy_of_pickle",
     "training_grids",
     "data_digest",
     "SYNTHETIC_CONCEPTS",

@@ -8,9 +8,23 @@ from pathlib import Path
 BUILTIN_MODELS = ("tiny", "tiny-sdxl")
 
 
-def export_model(name: str, directory: Path) -> Path:
+def export_model(name: str, directory: Path, *, single_file: bool = False) -> Path:
     """Write built-in model `name` to `directory`, loadable with from_pretrained: a tiny model, or
-    `random:sd15` / `random:sdxl` (the published architectures with seeded random weights)."""
+    `random:sd15` / `random:sdxl` (the published architectures with seeded random weights). With
+    `single_file`, `directory` is a `.safetensors` file of the original (CompVis) layout."""
+    if single_file:
+        from ._model import build_tiny, random_parts
+        from ._single_file import write_single_file
+
+        if name in ("random:sd15", "random:sdxl"):
+            import tempfile
+
+            with tempfile.TemporaryDirectory() as tmp:
+                parts = random_parts(name, Path(tmp))
+        else:
+            base = build_tiny(name)
+            parts = dict(text_encoders=base.text_encoders, unet=base.unet, vae=base.vae)
+        return write_single_file(parts, directory, exported_from=name)
     if name in ("random:sd15", "random:sdxl"):
         from ._model import export_random
 

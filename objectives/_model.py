@@ -13,6 +13,11 @@ from typing import Any
 
 import torch
 
+from ._configs import (  # noqa: F401 - the published shapes and the caches, re-exported
+    CLIP_G, CLIP_L, RANDOM_MODELS, SCHEDULER, SD15_UNET, SDXL_UNET, SHIPPED, TINY_MODELS, VAE, VOCAB, cache_root,
+    shipped_dir,
+)
+
 # Words that get whole-word tokens in the offline tokenizer, so templates tokenize compactly
 # and `init_from: word:WORD` has real rows to copy from.
 _WORDS = (
@@ -160,16 +165,6 @@ def _tiny_components(tokenizer_dir: Path, *, sdxl: bool = False) -> dict[str, An
 # `_world` (a VAE for coloured shapes, a denoiser that draws captions). Bump TINY_VERSION when any
 # of it changes, and rerun scripts/build_tiny_models.py, which writes the shipped weights.
 TINY_VERSION = "4"
-TINY_MODELS = ("tiny", "tiny-sdxl")
-SHIPPED = Path(__file__).parent / "tiny_models"
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("CSWEEP_CACHE", Path.home() / ".cache" / "csweep"))
-
-
-def shipped_dir(name: str) -> Path:
-    return SHIPPED / name
 
 
 def tiny_cache_dir(name: str = "tiny") -> Path:
@@ -277,51 +272,41 @@ def load_local(path: Path) -> BaseModel:
 
 
 def load_base_model(spec: str) -> BaseModel:
-    """`tiny`, `tiny-sdxl`, `random:sd15`, `random:sdxl` (built in memory, seeded) or a path to a
-    local diffusers folder."""
+    """`tiny`, `tiny-sdxl`, `random:sd15`, `random:sdxl` (built in memory, seeded), a path to a
+    local diffusers folder, or a single-file checkpoint (.safetensors, original layout)."""
+    from ._single_file import is_single_file, load_single_file
+
     if spec in TINY_MODELS:
         return build_tiny(spec)
+    if is_single_file(spec):
+        _quiet_hf()
+        parts = load_single_file(Path(spec))
+        return _frozen(parts, source=spec)
     if spec in RANDOM_MODELS:
         import tempfile
 
         with tempfile.TemporaryDirectory() as tmp:
             parts = random_parts(spec, Path(tmp))
-        for module in (*parts["text_encoders"], parts["unet"], parts["vae"]):
-            module.requires_grad_(False).eval()
-        resolution = int(parts["unet"].config.sample_size) * 8
-        return BaseModel(parts["tokenizers"], parts["text_encoders"], parts["unet"], parts["vae"],
-                         parts["scheduler"], source=spec, resolution=resolution)
+        return _frozen(parts, source=spec)
     return load_local(Path(spec))
 
 
-# --- the published architectures with seeded random weights (csweep export-model random:...) ----
-# The configs as diffusers publishes them for runwayml/stable-diffusion-v1-5 and
-# stabilityai/stable-diffusion-xl-base-1.0 (unet/, vae/, text_encoder*/ config.json), so that a
-# study can be dry-run on the real shapes (memory per config, step time, every knob's code path)
-# without the weights, which csweep never downloads.
-RANDOM_MODELS = ("random:sd15", "random:sdxl")
-VOCAB = 49408  # CLIP's vocabulary: the embedding matrices at their real size
+def _frozen(parts: dict[str, Any], source: str) -> BaseModel:
+    for module in (*parts["text_encoders"], parts["unet"], parts["vae"]):
+        module.requires_grad_(False).eval()
+    vae = parts["vae"]
+    resolution = int(parts["unet"].config.sample_size) * 2 ** (len(vae.config.block_out_channels) - 1)
+    return BaseModel(parts["tokenizers"], parts["text_encoders"], parts["unet"], vae, parts["scheduler"],
+                     source=source, resolution=resolution)
 
-SD15_UNET = dict(sample_size=64, in_channels=4, out_channels=4, layers_per_block=2,
-                 block_out_channels=(320, 640, 1280, 1280), cross_attention_dim=768, attention_head_dim=8,
-                 down_block_types=("CrossAttnDownBlock2D",) * 3 + ("DownBlock2D",),
-                 up_block_types=("UpBlock2D",) + ("CrossAttnUpBlock2D",) * 3)
-SDXL_UNET = dict(sample_size=128, in_channels=4, out_channels=4, layers_per_block=2,
-                 block_out_channels=(320, 640, 1280), cross_attention_dim=2048, attention_head_dim=(5, 10, 20),
-                 transformer_layers_per_block=(1, 2, 10), use_linear_projection=True,
-                 down_block_types=("DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"),
-                 up_block_types=("CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"),
-                 addition_embed_type="text_time", addition_time_embed_dim=256,
-                 projection_class_embeddings_input_dim=2816)
-VAE = dict(in_channels=3, out_channels=3, latent_channels=4, layers_per_block=2,
-           block_out_channels=(128, 256, 512, 512), down_block_types=("DownEncoderBlock2D",) * 4,
-           up_block_types=("UpDecoderBlock2D",) * 4)
-CLIP_L = dict(vocab_size=VOCAB, hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
-              num_attention_heads=12, max_position_embeddings=77, hidden_act="quick_gelu", projection_dim=768)
-CLIP_G = dict(vocab_size=VOCAB, hidden_size=1280, intermediate_size=5120, num_hidden_layers=32,
-              num_attention_heads=20, max_position_embeddings=77, hidden_act="gelu", projection_dim=1280)
-SCHEDULER = dict(num_train_timesteps=1000, beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
-                 steps_offset=1, clip_sample=False)
+
+def padded_tokenizer(directory: Path) -> Any:
+    """csweep's offline tokenizer padded with unused tokens to CLIP's 49,408."""
+    from transformers import CLIPTokenizer
+
+    tok = CLIPTokenizer.from_pretrained(str(write_tiny_tokenizer(directory)), model_max_length=77)
+    tok.add_tokens([f"<unused-{i}>" for i in range(VOCAB - len(tok))])
+    return tok
 
 
 def random_parts(name: str, tokenizer_dir: Path) -> dict[str, Any]:
@@ -329,13 +314,12 @@ def random_parts(name: str, tokenizer_dir: Path) -> dict[str, Any]:
     seed 0), a tokenizer of csweep's own padded with unused tokens to CLIP's 49,408 so that the
     embedding matrices have their real size."""
     from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
-    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
 
     if name not in RANDOM_MODELS:
         raise ValueError(f"model {name!r} is not one of {', '.join(RANDOM_MODELS)}")
     sdxl = name == "random:sdxl"
-    tok = CLIPTokenizer.from_pretrained(str(write_tiny_tokenizer(tokenizer_dir)), model_max_length=77)
-    tok.add_tokens([f"<unused-{i}>" for i in range(VOCAB - len(tok))])
+    tok = padded_tokenizer(tokenizer_dir)
     ids = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     torch.manual_seed(0)
     encoders = [CLIPTextModel(CLIPTextConfig(**CLIP_L, **ids))]

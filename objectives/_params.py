@@ -241,8 +241,13 @@ def model_limits(model: str) -> dict[str, int] | None:
     import json
     from pathlib import Path
 
+    from ._single_file import config_source, is_single_file
+
+    model = config_source(model)
     if model in _BUILTIN_SHAPES:
         return dict(_BUILTIN_SHAPES[model])
+    if is_single_file(model):
+        return None
     root = Path(model)
     configs = [root / "text_encoder" / "config.json", root / "text_encoder_2" / "config.json"]
     try:

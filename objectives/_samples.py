@@ -179,7 +179,9 @@ def draw_samples(
 def model_resolution(model: str) -> int:
     """The pixel size a base model draws at, read from its config files (no weights loaded)."""
     from ._model import TINY_MODELS, TINY_RESOLUTION
+    from ._single_file import config_source
 
+    model = config_source(model)
     if model in TINY_MODELS:
         return TINY_RESOLUTION
     if model in ("random:sd15", "random:sdxl"):

@@ -14,8 +14,15 @@ from search_spaces import SearchSpace, SpaceError, load_space
 from ._options import UsageError
 
 
+BUILTIN_MODELS = ("tiny", "tiny-sdxl", "random:sd15", "random:sdxl")
+
+
 def model_family(model: str) -> str:
-    """tiny, sd15 or sdxl: which of a space's profiles a model takes (config files only)."""
+    """tiny, sd15 or sdxl: which of a space's profiles a model takes (config files or a single
+    file's header only)."""
+    from objectives import config_source
+
+    model = config_source(model)
     if model in ("tiny", "tiny-sdxl"):
         return "tiny"
     if model.startswith("random:"):
@@ -23,16 +30,31 @@ def model_family(model: str) -> str:
     return "sdxl" if (Path(model) / "text_encoder_2").is_dir() else "sd15"
 
 
-def check_model(value: str) -> None:
-    if value in ("tiny", "tiny-sdxl", "random:sd15", "random:sdxl"):
-        return
+def check_model(value: str, *, allow_pickle: bool = False) -> str:
+    """The model the trials load: a built-in name or a diffusers folder as given; a single-file
+    checkpoint checked from its header, a pickle one (where the user allows it) first converted
+    once to .safetensors in the cache."""
+    if value in BUILTIN_MODELS:
+        return value
     path = Path(value)
+    from objectives import CheckpointError, check_single_file, is_single_file, safe_copy_of_pickle
+
+    if is_single_file(value):
+        try:
+            if allow_pickle and path.suffix.lower() != ".safetensors" and path.is_file():
+                path = safe_copy_of_pickle(path)
+            check_single_file(path, value)
+        except CheckpointError as exc:
+            raise UsageError(str(exc)) from None
+        return str(path.resolve())
     if not path.is_dir():
-        raise UsageError(f"--model {value!r}: neither tiny, tiny-sdxl, random:sd15, random:sdxl nor a directory")
+        raise UsageError(f"--model {value!r}: neither tiny, tiny-sdxl, random:sd15, random:sdxl, a directory "
+                         "nor a .safetensors file")
     missing = [n for n in ("model_index.json", "unet", "vae", "text_encoder", "tokenizer", "scheduler")
                if not (path / n).exists()]
     if missing:
         raise UsageError(f"--model {value!r}: not a diffusers folder (missing {', '.join(missing)})")
+    return value
 
 
 def parse_overrides(items: Sequence[str], *, flag: str = "--set") -> dict[str, Any]:

@@ -61,7 +61,11 @@ def add_parser(sub: Any) -> None:
                           "noise floor), one on each config after it [every]")
     run.add_argument("--model", default="tiny",
                      help="tiny, tiny-sdxl, random:sd15, random:sdxl (the real architectures, seeded random "
-                          "weights: for --dry-run) or a local diffusers folder [tiny]")
+                          "weights: for --dry-run), a local diffusers folder, or an SD 1.x / SDXL single-file "
+                          "checkpoint (.safetensors, the original layout) [tiny]")
+    run.add_argument("--allow-pickle", action="store_true",
+                     help="let --model be a pickle checkpoint (.ckpt): unpickled once (it can run code: only "
+                          "files you trust) and converted to .safetensors in the cache")
     run.add_argument("--profile", choices=("tiny", "sd15", "sdxl"),
                      help="the space's ranges for this model family [from --model: tiny for the tiny models, "
                           "sdxl for a folder with text_encoder_2, else sd15]")
@@ -149,8 +153,8 @@ def run_config(a: argparse.Namespace) -> Any:
     from .._settings import RunConfig
 
     space = load_checked_space(a.space)
-    check_model(a.model)
-    family = a.profile or model_family(a.model)
+    model = check_model(a.model, allow_pickle=a.allow_pickle)
+    family = a.profile or model_family(model)
     if a.profile and space.profiles and a.profile not in space.profiles:
         raise UsageError(f"--profile {a.profile}: {space.source} has profiles {', '.join(space.profiles)} only")
     space = space.for_profile(family)
@@ -177,7 +181,7 @@ def run_config(a: argparse.Namespace) -> Any:
         HealthConfig.from_mapping(health)
     except ValueError as exc:
         raise UsageError(f"--health: {exc}") from None
-    check_objective_params(space, fixed, objective, a.model)
+    check_objective_params(space, fixed, objective, model)
     rungs = check_curve_options(a, space, fixed, objective)
     samples = sample_settings(space, a, builtin=objective.builtin)
     objectives = objective_names(a.objectives, samples=samples, builtin=objective.builtin)
@@ -207,7 +211,7 @@ def run_config(a: argparse.Namespace) -> Any:
     return RunConfig(
         space=space, study_name=a.study or space.name, trials=a.trials or space.trials or DEFAULT_TRIALS,
         workers=a.workers, workdir=workdir, storage=storage, tracking_uri=tracking,
-        objective=objective_name, builtin=objective.builtin, fixed=fixed, model=a.model,
+        objective=objective_name, builtin=objective.builtin, fixed=fixed, model=model,
         data=str(Path(a.data).resolve()) if a.data else None, sampler=a.sampler, seed=a.seed, seeds=a.seeds,
         seed_plan=a.seed_plan, trials_are_runs=a.seed_plan == "design",
         until_decisive=a.until_decisive, score=a.score, early_stop=a.early_stop or "", rungs=rungs,
