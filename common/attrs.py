@@ -30,6 +30,7 @@ PRUNE_REASON = "prune_reason"
 OUT_OF_MEMORY = "oom"  # True on a trial that ran out of memory
 REPLACED = "replaced"  # a trial whose parameters are run again (stale, interrupted)
 ATTEMPTS = "attempts"
+REPACKED = "repacked"  # True on a trial that ran out of memory sharing a GPU and ran again alone
 N_SEEDS = "n_seeds"
 SEEDS = "seeds"
 # with --seeds K: each replicate's health label (a stopped replicate's "pruned"), so that the

@@ -153,7 +153,8 @@ def _write_config_dir(configs: str, folder: Path) -> None:
     from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
     from transformers import CLIPTextConfig
 
-    from ._model import CLIP_G, CLIP_L, SCHEDULER, SD15_UNET, SDXL_UNET, VAE, padded_tokenizer
+    from ._configs import CLIP_G, CLIP_L, SCHEDULER, SD15_UNET, SDXL_UNET, VAE
+    from ._tokenizer import padded_tokenizer
 
     sdxl = configs == "random:sdxl"
     folder.parent.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ It imports neither Ray nor MLflow.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -76,6 +77,7 @@ class _Trial:
     seeds: list[int]
     results: dict[int, TrialResult] = field(default_factory=dict)
     run_id: str | None = None  # None until the logging side has answered
+    attempts: dict[int, int] = field(default_factory=dict)  # replicate -> attempt of its next start
 
 
 @dataclass
@@ -88,6 +90,7 @@ class _Task:
     generation: int
     attempt: int
     seq: int
+    probe: bool = False  # a 2-step memory probe of the owner's config (sweeps._packing), not a replicate
 
 
 class Driver:
@@ -100,7 +103,7 @@ class Driver:
         stop: threading.Event | None = None, on_progress: Callable[[Outcome, dict[str, int]], None] | None = None,
         on_result: Callable[[int, TrialResult], None] | None = None,
         objectives: Sequence[str] = OBJECTIVES, should_stop: Callable[[], str] | None = None,
-        seed_plan: Callable[[Any, int], int] | None = None,
+        seed_plan: Callable[[Any, int], int] | None = None, packing: Any = None,
     ) -> None:
         self.study, self.pool, self.log = study, pool, log
         self.objectives = tuple(objectives)
@@ -126,6 +129,9 @@ class Driver:
         self.running_seq: dict[tuple[int, int], int] = {}  # a dead (worker, generation) -> its running task
         self.durations: list[float] = []
         self.progressed = False  # a trial was told since the progress was last shown
+        # --gpu-mem-mb: which worker may start a task, by its GPU's room (sweeps._packing.Packing)
+        self.packing = packing
+        self.alone: set[tuple[int, int]] = set()  # (trial, replicate) put back to run alone after an OOM
 
     # --- the loop ------------------------------------------------------------------------
     def run(self) -> Outcome:
@@ -158,6 +164,8 @@ class Driver:
         straight on while the driver tells the first and asks the next; one for long trials,
         where the wait is negligible and the sampler should see every finished result first,
         and one for the last tasks, which go to whichever worker is free first."""
+        if self.packing is not None:
+            return 1  # a task queued behind another holds no room on its GPU
         recent = sorted(self.durations[-5:])
         short = bool(recent) and recent[len(recent) // 2] < PREFETCH_BELOW_S
         return 2 if short and self.remaining_tasks() > self.pool.size else 1
@@ -171,8 +179,34 @@ class Driver:
                 return
             if not self.queue:
                 self._ask()
+            if self.packing is not None:
+                if not self._place():
+                    return
+                continue
             owner, replicate = self.queue.popleft()
             self._send(widx, owner, replicate, attempt=1)
+
+    def _place(self) -> bool:
+        """--gpu-mem-mb: start the queue's head where its predicted memory fits (or its probe on an
+        empty GPU); False when it must wait for room."""
+        owner, replicate = self.queue[0]
+        params = {**owner.params, "seed": owner.seeds[replicate]}
+        free = [w for w in range(self.pool.size) if self.load[w] == 0]
+        placed = self.packing.place(free, params, alone=(owner.trial.number, replicate) in self.alone)
+        if placed is None:
+            return False
+        what, widx, mb = placed
+        if what == "probe":
+            self.seq += 1
+            handle = self.pool.probe(widx, params)
+            self.in_flight[handle] = _Task(owner, replicate, widx, self.generation[widx], 0, self.seq, probe=True)
+            self.load[widx] += 1
+        else:
+            self.queue.popleft()
+            attempt = owner.attempts.get(replicate, 1)
+            handle = self._send(widx, owner, replicate, attempt=attempt)
+        self.packing.hold(handle, widx, mb)
+        return True
 
     def _ask(self) -> None:
         trial = self.study.ask(fixed_distributions=self.distributions)
@@ -185,29 +219,58 @@ class Driver:
         self.queue.extend((owner, r) for r in range(k))
         self.asked += 1
 
-    def _send(self, widx: int, owner: _Trial, replicate: int, *, attempt: int) -> None:
+    def _send(self, widx: int, owner: _Trial, replicate: int, *, attempt: int) -> Hashable:
         self.seq += 1
         params = {**owner.params, "seed": owner.seeds[replicate]}
         handle = self.pool.submit(widx, params, owner.trial.number)
         self.in_flight[handle] = _Task(owner, replicate, widx, self.generation[widx], attempt, self.seq)
         self.load[widx] += 1
+        return handle
 
     def collect(self, handle: Hashable) -> None:
         task = self.in_flight.pop(handle)
         self.load[task.widx] -= 1
+        held, shared = self.packing.release(handle) if self.packing is not None else (0.0, False)
         try:
             result = self.pool.result(handle)
         except WorkerLost as exc:
+            if task.probe:
+                self.packing.probed({**task.owner.params}, None)
+                return
             lost = self._worker_lost(task, exc)
             if lost is None:
                 return
             result = lost
-        self.durations.append(float(result.seconds))
+        if task.probe:
+            self.packing.probed({**task.owner.params, "seed": task.owner.seeds[task.replicate]},
+                                result.metrics.get("peak_mem_mb") if result.kind is Kind.OK else None)
+            return
         owner = task.owner
+        if self.packing is not None and self._packed_oom(task, result, held, shared):
+            return
+        self.durations.append(float(result.seconds))
         result.seed = owner.seeds[task.replicate]
         owner.results[task.replicate] = result
         if len(owner.results) == len(owner.seeds):
             self._finish(owner)
+
+    def _packed_oom(self, task: _Task, result: TrialResult, held: float, shared: bool) -> bool:
+        """Teach the predictor what a trial measured; an out-of-memory error of a task that shared
+        its GPU (or held less than all of it) puts it back at the head of the queue, to run alone."""
+        params = {**task.owner.params, "seed": task.owner.seeds[task.replicate]}
+        peak = result.metrics.get("peak_mem_mb", result.metrics.get(A.PEAK_MEM_SEEN, math.nan))
+        if result.kind is not Kind.OUT_OF_MEMORY:
+            self.packing.predictor.observe(params, float(peak))
+            return False
+        key = (task.owner.trial.number, task.replicate)
+        if key in self.alone or not (shared or held < self.packing.budget_mb):
+            return False  # it ran alone on a whole GPU: the config does not fit, a fact about it
+        self.packing.predictor.observe_oom(params, held)
+        self.alone.add(key)
+        task.owner.attempts[task.replicate] = task.attempt
+        task.owner.trial.set_user_attr(A.REPACKED, True)
+        self.queue.appendleft((task.owner, task.replicate))
+        return True
 
     def _worker_lost(self, task: _Task, exc: Exception) -> TrialResult | None:
         """The worker process died: replace it once and run its tasks again. Only the task it
@@ -225,6 +288,10 @@ class Driver:
                                           f"{str(exc)[:500]}")
             attempt += 1
             task.owner.trial.set_user_attr(A.ATTEMPTS, attempt)
+        if self.packing is not None:  # it starts again where its memory fits
+            task.owner.attempts[task.replicate] = attempt
+            self.queue.appendleft((task.owner, task.replicate))
+            return None
         self._send(widx, task.owner, task.replicate, attempt=attempt)
         return None
 

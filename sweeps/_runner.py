@@ -17,11 +17,13 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from common import attrs as A
 from common.attrs import is_replaced
 from ._driver import Driver, Outcome
+from ._packing import Packing, gpu_share
 from ._lane import PENDING_DIR, MlflowLane, PendingLog
 from ._settings import RunConfig
 from ._samplers import make_sampler, sampler_spec
@@ -179,7 +181,9 @@ def run_sweep(cfg: RunConfig) -> Outcome:
             raise
         study, mlflow, parent, log = ready.result()
     cpus = cpus_per_trial(cfg)
-    options = {"num_cpus": cpus, "num_gpus": _gpus_for(cfg), "max_restarts": 0}
+    packed, gpus, card = gpu_plan(cfg)
+    options = {"num_cpus": cpus, "num_gpus": gpu_share(cfg.workers, gpus) if packed else _gpus_for(cfg),
+               "max_restarts": 0}
     # on a cluster the data folder travels through the object store (other nodes lack the path)
     data: Any = cfg.data
     if cluster and cfg.data is not None:
@@ -191,6 +195,7 @@ def run_sweep(cfg: RunConfig) -> Outcome:
     target = get_objective(cfg.objective).target
     pool = RayPool(cfg.workers, options, target, cfg.builtin, cfg.model, data, cfg.health, cfg.samples, int(cpus),
                    () if cluster else (os.getcwd(),), cfg.score, rung_board(cfg, study))
+    packing = packing_for(cfg, pool, int(gpus), study, card) if packed else None
     planned = planned_trials(cfg, study)
     bar = _progress(cfg, planned)
     stop = threading.Event()
@@ -202,7 +207,7 @@ def run_sweep(cfg: RunConfig) -> Outcome:
         on_progress=(lambda o, flight: _update(bar, study, o, flight, cfg.seeds)) if bar is not None else None,
         on_result=lambda number, result: keep_samples(samples_dir(cfg.workdir, cfg.study_name), number, result),
         should_stop=(lambda: decided_line(study, cfg)) if cfg.until_decisive else None,
-        seed_plan=study.sampler.seeds_for if cfg.seed_plan == "design" else None,
+        seed_plan=study.sampler.seeds_for if cfg.seed_plan == "design" else None, packing=packing,
     )
     # Ctrl-C and SIGTERM (what Slurm's scancel, Kubernetes, `timeout` and supervisors send) set a
     # flag that the loop reads between steps, so that it never lands between an ask and the
@@ -234,6 +239,80 @@ def run_sweep(cfg: RunConfig) -> Outcome:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return outcome
+
+
+CUDA_CONTEXT_MB = 512.0  # what each worker process's CUDA context holds beyond its trial's tensors
+
+
+def gpu_plan(cfg: RunConfig) -> tuple[bool, float, tuple[float, bool]]:
+    """Whether trials are packed onto the GPUs by memory, the cluster's GPUs, and the card's
+    (MB, CUDA?), read before the workers take every GPU share. A fraction the user picked
+    (--gpus-per-trial) is theirs."""
+    import ray
+
+    gpus = 0.0 if cfg.gpus_per_trial is not None else float(ray.cluster_resources().get("GPU", 0))
+    packed = gpus >= 1
+    if cfg.gpu_mem_mb is not None and not packed:
+        print("--gpu-mem-mb: " + ("--gpus-per-trial sets each trial's share; trials are not packed"
+                                  if cfg.gpus_per_trial is not None else "the Ray cluster has no GPU; trials are not packed"),
+              file=sys.stderr, flush=True)
+    card = _card_of_cluster() if packed and cfg.gpu_mem_mb is None else (0.0, False)
+    if packed and cfg.gpu_mem_mb is None and not card[1]:
+        print("GPUs without a CUDA card to read their memory from: one trial per GPU (--gpu-mem-mb packs them)",
+              file=sys.stderr, flush=True)
+        packed = False
+    return packed, gpus, card
+
+
+def _card() -> tuple[float, bool]:
+    """(MB of memory, whether it is a CUDA card) of the GPU this process was given."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_properties(0).total_memory / 2**20, True
+    return 0.0, False
+
+
+def packing_for(cfg: RunConfig, pool: RayPool, gpus: int, study: Any, card: tuple[float, bool]) -> Packing:
+    """The packing of trials onto GPUs by predicted memory (sweeps._packing): the budget per GPU
+    from --gpu-mem-mb (what the trials' own peaks may sum to), else the card's memory less a CUDA
+    context per worker; the study's finished trials teach the predictor."""
+    from ._packing import MEMORY_KNOBS, MemoryPredictor, describe_packing
+
+    card_mb, cuda = card
+    budget = cfg.gpu_mem_mb if cfg.gpu_mem_mb is not None else card_mb
+    predictor = MemoryPredictor(MEMORY_KNOBS if cfg.builtin else None)
+    packing = Packing(budget, pool.gpu_of, predictor, can_probe=cfg.builtin,
+                      per_process_mb=CUDA_CONTEXT_MB if cuda and cfg.gpu_mem_mb is None else 0.0)
+    for params, peak in measured_peaks(study, cfg.fixed):
+        predictor.observe(params, peak)
+    if cfg.progress:
+        print(describe_packing(packing, gpus), file=sys.stderr, flush=True)
+    return packing
+
+
+def _card_of_cluster() -> tuple[float, bool]:
+    """The first GPU's memory as the driver sees it, else as a GPU task on the cluster sees it."""
+    card = _card()
+    if card[1]:
+        return card
+    import ray
+
+    try:
+        return ray.get(ray.remote(num_gpus=0.01)(_card).remote(), timeout=120)
+    except Exception:  # noqa: BLE001 - no GPU task could run: no card to read
+        return 0.0, False
+
+
+def measured_peaks(study: Any, fixed: Mapping[str, Any]) -> list[tuple[dict[str, Any], float]]:
+    """(config, peak MB) of the study's finished trials (a resume's packing starts from them)."""
+    from optuna.trial import TrialState
+
+    names = list(study.metric_names or ())
+    if "peak_mem_mb" not in names:
+        return []
+    return [({**fixed, **t.params}, float(t.values[names.index("peak_mem_mb")]))
+            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.values is not None]
 
 
 def rung_board(cfg: RunConfig, study: Any) -> Any:

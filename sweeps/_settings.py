@@ -47,6 +47,8 @@ class RunConfig:
     ray_address: str | None = field(default=None, metadata=PER_INVOCATION)
     cpus_per_trial: float | None = None  # None: the CPUs shared among the trials in flight
     gpus_per_trial: float | None = None
+    # MB per GPU that trials in flight may hold together (sweeps._packing); None: the card's memory
+    gpu_mem_mb: float | None = None
     max_mem_mb: float | None = None
     health: Mapping[str, Any] = field(default_factory=dict)
     # what every trial draws (objectives.SampleConfig as a mapping); None: no samples

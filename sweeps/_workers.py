@@ -169,6 +169,26 @@ class TrialWorker:
             pass
         return True
 
+    def gpus(self) -> tuple:
+        """The GPUs Ray gave this worker (ids; logical ones on a machine without GPUs)."""
+        import ray
+
+        return tuple(sorted(str(g) for g in ray.get_gpu_ids())) if ray.is_initialized() else ()
+
+    def probe(self, params: Mapping[str, Any]) -> TrialResult:
+        """The config trained for a few steps, with no validation, samples or early stop: its peak
+        memory, for packing (sweeps._packing); never raises."""
+        from ._packing import PROBE_STEPS
+
+        short = {**params, "steps": PROBE_STEPS, "val_every": PROBE_STEPS}
+        if self.builtin and not self._threads_set:
+            import torch
+
+            torch.set_num_threads(self.threads)
+            self._threads_set = True
+        return run_trial(self.objective, self.builtin, short, model=self.model, data=self.data,
+                         health={**self.health, "early_stop": False}, samples=None, score="final")
+
     def run(self, params: Mapping[str, Any], trial: int | None = None) -> TrialResult:
         if self.builtin and not self._threads_set:
             import torch
@@ -194,6 +214,7 @@ class RayPool:
     def __init__(self, size: int, options: Mapping[str, Any], *args: Any) -> None:
         self.size, self._options, self._args = size, dict(options), args
         self.workers = [self._new() for _ in range(size)]
+        self._gpus: dict[int, tuple[Any, tuple]] = {}
 
     def _new(self) -> Any:
         import ray
@@ -210,6 +231,18 @@ class RayPool:
 
     def submit(self, widx: int, params: Mapping[str, Any], trial: int | None = None) -> Any:
         return self.workers[widx].run.remote(dict(params), trial)
+
+    def probe(self, widx: int, params: Mapping[str, Any]) -> Any:
+        return self.workers[widx].probe.remote(dict(params))
+
+    def gpu_of(self, widx: int) -> tuple:
+        """The GPU(s) worker `widx` holds, asked once per worker process."""
+        import ray
+
+        worker = self.workers[widx]
+        if self._gpus.get(widx, (None,))[0] is not worker:
+            self._gpus[widx] = (worker, ray.get(worker.gpus.remote()))
+        return self._gpus[widx][1]
 
     def wait(self, handles: Sequence[Any], timeout: float) -> list[Any]:
         import ray

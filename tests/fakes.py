@@ -94,6 +94,10 @@ class FakePool:
         self._start_heads()
         return [first.handle]
 
+    def probe(self, widx: int, params: Mapping[str, Any]) -> int:
+        """A 2-step memory probe (sweeps._packing): behaves as `behave(params | {"probe": True}, call)`."""
+        return self.submit(widx, {**params, "probe": True})
+
     def result(self, handle: int) -> TrialResult:
         from sweeps._driver import WorkerLost
 

@@ -78,7 +78,11 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--cpus-per-trial", type=positive_float("--cpus-per-trial"),
                      help="[the CPUs shared among the trials in flight]; torch threads follow it")
     run.add_argument("--gpus-per-trial", type=positive_float("--gpus-per-trial", zero_ok=True),
-                     help="[1 when the cluster has GPUs, else 0]")
+                     help="each trial's GPU share; when not given, trials are packed onto the GPUs by their "
+                          "predicted peak memory (--gpu-mem-mb)")
+    run.add_argument("--gpu-mem-mb", type=positive_float("--gpu-mem-mb"),
+                     help="MB per GPU that the trials in flight on it may hold together: as many trials run on "
+                          "a GPU as their predicted peaks fit [the card's memory]; --workers caps them")
     run.add_argument("--max-retries", type=int, default=1,
                      help="re-runs of a trial whose worker process died [1]")
     run.add_argument("--max-fail-share", type=positive_float("--max-fail-share"), default=0.5,
@@ -217,6 +221,7 @@ def run_config(a: argparse.Namespace) -> Any:
         until_decisive=a.until_decisive, score=a.score, early_stop=a.early_stop or "", rungs=rungs,
         profile=space.profile,
         ray_address=a.ray_address, cpus_per_trial=a.cpus_per_trial, gpus_per_trial=a.gpus_per_trial,
+        gpu_mem_mb=a.gpu_mem_mb,
         max_mem_mb=a.max_mem_mb, health=health, samples=samples, progress=not a.no_progress,
         max_retries=a.max_retries, max_fail_share=a.max_fail_share, objectives=objectives,
         artifact_root=artifact_root_for(tracking, workdir),

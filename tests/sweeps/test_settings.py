@@ -43,7 +43,7 @@ def option_values(tmp: Path) -> dict[str, list[str]]:
         "--ray-address": ["auto"], "--sampler": ["random"], "--seed": ["5"], "--seeds": ["3"],
         "--model": ["tiny-sdxl"], "--data": [str(tmp / "data")], "--set": ["steps=3"],
         "--objective": ["userobj:objective"], "--max-mem-mb": ["100"], "--cpus-per-trial": ["2"],
-        "--gpus-per-trial": ["0.5"], "--max-retries": ["3"], "--max-fail-share": ["0.7"],
+        "--gpus-per-trial": ["0.5"], "--gpu-mem-mb": ["40000"], "--max-retries": ["3"], "--max-fail-share": ["0.7"],
         "--no-early-stop": [], "--health": ["patience=5"], "--no-progress": [],
         "--samples": ["3"], "--no-samples": [], "--fidelity-model": [str(clip)],
         "--objectives": ["fidelity,val_loss,peak_mem_mb"], "--until-decisive": [],
@@ -66,8 +66,9 @@ def test_every_run_option_survives_a_resume(tmp_path, monkeypatch):
     (tmp_path / "userobj.py").write_text(ANALYTIC_OBJECTIVE)
     monkeypatch.chdir(tmp_path)
     values = option_values(tmp_path)
-    # --dry-run is an action, not a setting: it trains a few configs and writes no study at all
-    assert set(values) == run_options() - {"--dry-run"}, \
+    # --dry-run is an action, not a setting: it trains a few configs and writes no study at all;
+    # --allow-pickle lets --model be a .ckpt, whose safe copy is then the setting (--model's)
+    assert set(values) == run_options() - {"--dry-run", "--allow-pickle"}, \
         "a new `run` option needs a value here (and a path through resume)"
     parser = build_parser()
     base_argv = ["run", "warmup_init", "--workdir", str(tmp_path / "base")]
