@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from concurrent.futures import Future
@@ -205,6 +206,8 @@ class Driver:
             self.queue.popleft()
             attempt = owner.attempts.get(replicate, 1)
             handle = self._send(widx, owner, replicate, attempt=attempt)
+            owner.trial.set_user_attr(A.PREDICTED_MEM, round(mb, 1))
+            owner.trial.set_user_attr(A.PACKED_START, time.time())
         self.packing.hold(handle, widx, mb)
         return True
 

@@ -182,7 +182,11 @@ def gpu_share(workers: int, gpus: float) -> float:
     (1/k of a GPU, k workers to a GPU), never more than one GPU."""
     if gpus <= 0:
         return 0.0
-    return 1.0 / math.ceil(workers / gpus) if workers > gpus else 1.0
+    if workers <= gpus:
+        return 1.0
+    # Ray counts GPU fractions in steps of 1/10,000 and rounds a share up: 1/3 would take 0.3334,
+    # and the third worker would never be placed
+    return math.floor(10_000 / math.ceil(workers / gpus)) / 10_000
 
 
 def describe_packing(packing: Packing, gpus: int) -> str:

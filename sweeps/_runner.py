@@ -193,7 +193,8 @@ def run_sweep(cfg: RunConfig) -> Outcome:
     from objectives import get_objective
 
     target = get_objective(cfg.objective).target
-    pool = RayPool(cfg.workers, options, target, cfg.builtin, cfg.model, data, cfg.health, cfg.samples, int(cpus),
+    workers = workers_that_fit(cfg.workers, cpus, options["num_gpus"], ray.cluster_resources())
+    pool = RayPool(workers, options, target, cfg.builtin, cfg.model, data, cfg.health, cfg.samples, int(cpus),
                    () if cluster else (os.getcwd(),), cfg.score, rung_board(cfg, study))
     packing = packing_for(cfg, pool, int(gpus), study, card) if packed else None
     planned = planned_trials(cfg, study)
@@ -242,6 +243,23 @@ def run_sweep(cfg: RunConfig) -> Outcome:
 
 
 CUDA_CONTEXT_MB = 512.0  # what each worker process's CUDA context holds beyond its trial's tensors
+
+
+def workers_that_fit(workers: int, cpus: float, gpus: float, have: Mapping[str, float]) -> int:
+    """--workers, less those whose CPUs or GPU share (each worker's `cpus`, `gpus`) the cluster
+    (`have`: Ray's cluster resources) cannot give: they would wait forever. Says so on stderr."""
+    fit = workers
+    for need, name in ((cpus, "CPU"), (gpus, "GPU")):
+        if need > 0:
+            total = float(have.get(name, 0))
+            # GPU shares below one pack per GPU (Ray never splits a share across GPUs)
+            fit = min(fit, int(total) * int(1 / need + 1e-9) if name == "GPU" and need < 1 else int(total / need + 1e-9))
+    if fit >= workers:
+        return workers
+    print(f"--workers {workers}: the cluster's {float(have.get('CPU', 0)):g} CPU(s) and {float(have.get('GPU', 0)):g} "
+          f"GPU(s) hold {max(fit, 1)} workers of {cpus:g} CPU and {gpus:g} GPU each; running {max(fit, 1)}",
+          file=sys.stderr, flush=True)
+    return max(fit, 1)
 
 
 def gpu_plan(cfg: RunConfig) -> tuple[bool, float, tuple[float, bool]]:

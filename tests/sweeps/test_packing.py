@@ -174,9 +174,13 @@ def test_the_prediction_of_a_shape_never_measured_covers_its_peak_once_enough_ar
     assert min(ratios) >= 1.0 and max(ratios) <= 1.6, ratios
 
 
-@pytest.mark.parametrize("workers,gpus,share", [(8, 1, 0.125), (3, 2, 0.5), (1, 2, 1.0), (2, 2, 1.0), (4, 0, 0.0)])
+@pytest.mark.parametrize("workers,gpus,share", [(8, 1, 0.125), (3, 2, 0.5), (1, 2, 1.0), (2, 2, 1.0), (4, 0, 0.0),
+                                                 (3, 1, 0.3333), (7, 2, 0.25)])
 def test_each_worker_gets_a_share_ray_can_place_whole(workers, gpus, share):
     assert gpu_share(workers, gpus) == share
+    if gpus:  # k shares of a GPU, in Ray's steps of 1/10,000, never add up to more than one
+        per_gpu = math.ceil(workers / gpus)
+        assert per_gpu * round(share * 10_000) <= 10_000 or share == 1.0
 
 
 SLEEPY = '''
@@ -235,3 +239,15 @@ def test_a_sweep_on_ray_packs_trials_onto_a_logical_gpu_by_their_memory(tmp_path
     at_once = [[o for o in spans if o["start"] <= s["start"] < o["end"]] for s in spans]
     assert max(len(group) for group in at_once) >= 2  # packed: the 4 workers did not run one at a time
     assert max(sum(o["peak"] for o in group) for group in at_once) <= 1000
+
+
+@pytest.mark.parametrize("workers,cpus,share,have,runs", [
+    (4, 1, 1.0, {"CPU": 8, "GPU": 1}, 1), (4, 1, 0.5, {"CPU": 8, "GPU": 1}, 2), (4, 1, 0.25, {"CPU": 8, "GPU": 1}, 4),
+    (3, 1, 0.3333, {"CPU": 8, "GPU": 1}, 3), (8, 1, 1.0, {"CPU": 16, "GPU": 4}, 4), (2, 1, 0.0, {"CPU": 2}, 2),
+    (3, 1, 0.3333, {"CPU": 2, "GPU": 1}, 2), (4, 2, 0.0, {"CPU": 6}, 3)])
+def test_workers_the_cluster_cannot_hold_are_not_started_to_wait_forever(workers, cpus, share, have, runs, capsys):
+    from sweeps._runner import workers_that_fit
+
+    assert workers_that_fit(workers, cpus, share, have) == runs
+    said = capsys.readouterr().err
+    assert (f"--workers {workers}: the cluster's" in said and f"running {runs}" in said) == (runs < workers)
