@@ -6,8 +6,6 @@ comparisons below see it."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,8 +13,6 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from sweeps import main
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _state_equal(a: torch.nn.Module, b: torch.nn.Module) -> list[str]:
@@ -84,14 +80,6 @@ def _without_header_mark(src: Path, dst: Path) -> Path:
     return _write(dst, load_file(str(src)))
 
 
-def _cli(argv: list[str], cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    import os
-
-    code = "import sys; from sweeps import main; sys.exit(main(sys.argv[1:]))"
-    return subprocess.run([sys.executable, "-c", code, *argv], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
-
-
 def _bad_files(tmp: Path, tiny: Path) -> list[tuple[str, list[str]]]:
     unet = {"model.diffusion_model.input_blocks.0.0.weight": torch.zeros(320, 4, 3, 3)}
     _write(tmp / "sd2.safetensors", {**unet, "cond_stage_model.model.token_embedding.weight": torch.zeros(8, 4)})
@@ -113,16 +101,20 @@ def _bad_files(tmp: Path, tiny: Path) -> list[tuple[str, list[str]]]:
     ]
 
 
-def test_a_file_csweep_cannot_read_is_refused_in_one_line_before_anything_runs(tiny_file, tmp_path):
+def test_a_file_csweep_cannot_read_is_refused_in_one_line_before_anything_runs(tiny_file, tmp_path, monkeypatch,
+                                                                                 capsys):
+    import huggingface_hub.constants
+
     (tmp_path / "s.yaml").write_text("name: s\nparams:\n  init_std: {type: float, low: 0.001, high: 0.3, log: true}\n")
     cases = _bad_files(tmp_path, tiny_file)
     before = sorted(tmp_path.rglob("*"))
-    empty_cache = {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1", "CSWEEP_CACHE": str(tmp_path / "c")}
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))  # an empty cache
+    monkeypatch.setenv("CSWEEP_CACHE", str(tmp_path / "c"))
     for name, words in cases:
-        res = _cli(["run", "s.yaml", "--model", name, "--workdir", "wd"], tmp_path, empty_cache)
-        assert res.returncode == 2, (name, res.stderr)
-        lines = res.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("csweep: error: --model"), (name, res.stderr)
+        assert main(["run", "s.yaml", "--model", name, "--workdir", "wd"]) == 2, name
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("csweep: error: --model"), (name, lines)
         assert all(w in lines[0] for w in words), (name, lines[0])
     assert sorted(tmp_path.rglob("*")) == before
 
