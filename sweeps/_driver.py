@@ -237,6 +237,8 @@ class Driver:
         try:
             result = self.pool.result(handle)
         except WorkerLost as exc:
+            if self.packing is not None:
+                self.packing.rest(task.widx, 0.0)  # its replacement holds nothing yet
             if task.probe:
                 self.packing.probed({**task.owner.params}, None)
                 return
@@ -244,6 +246,8 @@ class Driver:
             if lost is None:
                 return
             result = lost
+        if self.packing is not None:
+            self.packing.rest(task.widx, result.resident_mb)
         if task.probe:
             self.packing.probed({**task.owner.params, "seed": task.owner.seeds[task.replicate]},
                                 result.metrics.get("peak_mem_mb") if result.kind is Kind.OK else None)

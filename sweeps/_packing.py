@@ -115,12 +115,17 @@ class Packing:
     can_probe: bool = False
     per_process_mb: float = 0.0  # what each process costs beyond its trial (a CUDA context)
     held: dict[Hashable, tuple[Hashable, float]] = field(default_factory=dict)  # task -> (GPU, MB)
+    # worker -> (GPU, MB) it holds while it waits for its next task (its cached base model)
+    resting: dict[int, tuple[Hashable, float]] = field(default_factory=dict)
     probing: set = field(default_factory=set)  # shapes whose probe is in flight
     unprobeable: set = field(default_factory=set)  # shapes whose probe failed: run alone
     most_in_flight: dict[Hashable, int] = field(default_factory=dict)  # GPU -> most tasks at once
 
-    def committed(self, gpu: Hashable) -> float:
-        return sum(mb for g, mb in self.held.values() if g == gpu)
+    def committed(self, gpu: Hashable, *, besides: int | None = None) -> float:
+        """MB held on a GPU: its running tasks' reservations and its waiting workers' residents
+        (`besides`: leave that worker's out, its next task's reservation covers it)."""
+        running = sum(mb for g, mb in self.held.values() if g == gpu)
+        return running + sum(mb for w, (g, mb) in self.resting.items() if g == gpu and w != besides)
 
     def tasks_on(self, gpu: Hashable) -> int:
         return sum(1 for g, _ in self.held.values() if g == gpu)
@@ -143,23 +148,27 @@ class Packing:
                 return None
             if shape not in self.unprobeable:
                 empty = [w for w in free if self.tasks_on(self.gpu_of(w)) == 0]
+                empty.sort(key=lambda w: self.committed(self.gpu_of(w), besides=w))
                 if not empty:
                     return None
                 self.probing.add(shape)
                 return ("probe", empty[0], self.budget_mb)
         hold = self.budget_mb if need is None else need
-        fits = [w for w in free if self._fits(self.gpu_of(w), hold)]
+        fits = [w for w in free if self._fits(w, hold)]
         if not fits:
             return None
         # best fit: the fullest GPU that still has room, so that empty GPUs stay free for big tasks
-        return ("run", max(fits, key=lambda w: (self.committed(self.gpu_of(w)), -w)), hold)
+        return ("run", max(fits, key=lambda w: (self.committed(self.gpu_of(w), besides=w), -w)), hold)
 
-    def _fits(self, gpu: Hashable, mb: float) -> bool:
-        used = self.committed(gpu)
-        return used == 0 or used + mb <= self.budget_mb  # a task alone on a GPU always starts
+    def _fits(self, widx: int, mb: float) -> bool:
+        gpu = self.gpu_of(widx)
+        if self.tasks_on(gpu) == 0:
+            return True  # a task alone on a GPU always starts
+        return self.committed(gpu, besides=widx) + mb <= self.budget_mb
 
     def hold(self, task: Hashable, widx: int, mb: float) -> None:
         gpu = self.gpu_of(widx)
+        self.resting.pop(widx, None)
         self.held[task] = (gpu, mb)
         self.most_in_flight[gpu] = max(self.most_in_flight.get(gpu, 0), self.tasks_on(gpu))
 
@@ -167,6 +176,13 @@ class Packing:
         """Frees a task's room: (MB it held, whether it shared its GPU at the end)."""
         gpu, mb = self.held.pop(task, (None, 0.0))
         return mb, self.tasks_on(gpu) > 0
+
+    def rest(self, widx: int, resident_mb: float) -> None:
+        """A worker done with its task keeps `resident_mb` on its GPU until its next one."""
+        if resident_mb > 0:
+            self.resting[widx] = (self.gpu_of(widx), float(resident_mb))
+        else:
+            self.resting.pop(widx, None)
 
     def probed(self, params: Mapping[str, Any], peak_mb: float | None) -> None:
         shape = memory_shape(params, self.predictor.knobs)

@@ -42,6 +42,9 @@ class TrialResult:
     datasets: list[dict[str, Any]] = field(default_factory=list)  # the data it saw (MLflow dataset inputs)
     # validations during training: {"step": s, "val_loss": v, "val_loss/t100": ...} per point
     curve: list[dict[str, float]] = field(default_factory=list)
+    # what its worker still held on the GPU once it was done (the cached base model): packing
+    # counts it against the GPU while the worker waits (sweeps._packing)
+    resident_mb: float = 0.0
 
     @classmethod
     def failed(cls, reason: str, **kw: Any) -> TrialResult:

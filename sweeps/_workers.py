@@ -125,6 +125,15 @@ def drive_curve(gen: Generator[Mapping[str, Any], None, Any], *, score: str,
     return out
 
 
+def _resident_mb() -> float:
+    """What this process holds on its GPU between trials (the cached base model; the allocator's
+    count), 0 without CUDA."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return 0.0
+    return torch.cuda.memory_allocated() / 2**20
+
+
 def _release_memory() -> None:
     """After an out-of-memory error: drop the failed trial's tensors so the next trial fits."""
     import gc
@@ -186,8 +195,10 @@ class TrialWorker:
 
             torch.set_num_threads(self.threads)
             self._threads_set = True
-        return run_trial(self.objective, self.builtin, short, model=self.model, data=self.data,
-                         health={**self.health, "early_stop": False}, samples=None, score="final")
+        out = run_trial(self.objective, self.builtin, short, model=self.model, data=self.data,
+                        health={**self.health, "early_stop": False}, samples=None, score="final")
+        out.resident_mb = _resident_mb()
+        return out
 
     def run(self, params: Mapping[str, Any], trial: int | None = None) -> TrialResult:
         if self.builtin and not self._threads_set:
@@ -195,9 +206,11 @@ class TrialWorker:
 
             torch.set_num_threads(self.threads)
             self._threads_set = True
-        return run_trial(self.objective, self.builtin, params, model=self.model, data=self.data,
-                         health=self.health, samples=self.samples, score=self.score,
-                         report=self.reporter(params, trial))
+        out = run_trial(self.objective, self.builtin, params, model=self.model, data=self.data,
+                        health=self.health, samples=self.samples, score=self.score,
+                        report=self.reporter(params, trial))
+        out.resident_mb = _resident_mb()
+        return out
 
     def reporter(self, params: Mapping[str, Any], trial: int | None) -> Reporter | None:
         if self.board is None or trial is None:

@@ -31,7 +31,9 @@ class GpuPool(FakePool):
     per_gpu: int = 4
     true_mb: Any = None
     probe_mb: Any = None
+    resident: float = 0.0  # MB a worker keeps on its GPU between tasks once it has run one (its model)
     spans: list = field(default_factory=list)  # (start, end, worker, params, kind)
+    loaded: set = field(default_factory=set)
 
     def gpu(self, widx: int) -> int:
         return widx // self.per_gpu
@@ -40,11 +42,23 @@ class GpuPool(FakePool):
         return [t for t in self.tasks.values() if t.started is not None and t.done_at > self.clock
                 and self.gpu(t.widx) == gpu and not t.lost]
 
+    def resting_on(self, gpu: int, besides: int) -> float:
+        busy = {t.widx for t in self.on_gpu_now(gpu)}
+        return sum(self.resident for w in self.loaded if self.gpu(w) == gpu and w not in busy and w != besides)
+
+    def result(self, handle: int) -> TrialResult:
+        widx = self.tasks[handle].widx
+        out = super().result(handle)
+        self.loaded.add(widx)
+        out.resident_mb = self.resident
+        return out
+
     def _start_heads(self) -> None:
         for q in self.queues:
             if q and self.tasks[q[0]].started is None:
                 task = self.tasks[q[0]]
-                others = sum(self.true_mb(t.params) for t in self.on_gpu_now(self.gpu(task.widx)))
+                gpu = self.gpu(task.widx)
+                others = sum(self.true_mb(t.params) for t in self.on_gpu_now(gpu)) + self.resting_on(gpu, task.widx)
                 self.calls += 1
                 task.started = self.clock
                 probe = bool(task.params.get("probe"))
@@ -133,6 +147,26 @@ def test_a_trial_that_runs_out_of_memory_sharing_a_gpu_runs_again_alone_and_teac
     assert repacked and all(t.params["lora_rank"] == 8 for t in repacked)
     assert packing.predictor.predict({"lora_rank": 8}) >= 900.0  # measured alone, then kept
     assert pool.true_load_peak(0) <= BUDGET
+
+
+def test_workers_waiting_with_their_model_on_the_gpu_count_against_its_room():
+    """On CUDA a worker keeps its cached base model on the GPU between trials (the allocator's
+    count after its trial, reported with the result); a trial's peak includes its own copy."""
+    dists = {"lora_rank": CategoricalDistribution([0, 2])}
+
+    def true(p):
+        return 200.0 + 100.0 * p["lora_rank"]  # 200 MB of it the worker's model
+
+    pool = GpuPool(4, lambda p, n: None, per_gpu=4, true_mb=true, probe_mb=true, resident=200.0)
+    packing = Packing(BUDGET, pool.gpu, MemoryPredictor(("lora_rank",)), can_probe=True)
+    # four small trials first, side by side: every worker then holds its 200 MB model
+    out = Driver(study(dists), pool, FakeLog(), trials=16, distributions=dists, packing=packing,
+                 enqueue=[{"lora_rank": 0}] * 4).run()
+    assert out.completed == 16 and out.out_of_memory == 0
+    assert len({w for _, _, w, p, _ in pool.spans if not p.get("probe")}) == 4
+    # two 400 MB trials fit the 1,000 MB card, but not beside two waiting workers' models:
+    # counted, nothing ran out of memory
+    assert not any(k is Kind.OUT_OF_MEMORY for *_, k in pool.spans)
 
 
 def test_a_config_larger_than_the_budget_runs_alone_and_never_stalls_the_sweep():
