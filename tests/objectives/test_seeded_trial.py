@@ -5,7 +5,10 @@ clipping, warmup, min-SNR, noise offset, caption dropout, the contrastive term, 
 embedding, several vectors, captions and repeats, crops and flips, `score: best`), against the
 figures in seeded_trial.json. The file is written by `python tests/objectives/test_seeded_trial.py
 --write` and changes only when a change means to change what a trial computes (say so in the
-commit). One torch thread: a reduction's order then depends on nothing but the code."""
+commit). The trials run in a child process with one thread and the CPU kernels pinned to their
+baseline (ATen's default kernels, MKL's compatible path, oneDNN at SSE4.1): a reduction's order
+then depends on nothing but the code, not on the machine's vector width (the file written on one
+machine and checked on an AVX-512 one differed in the 7th digit)."""
 
 from __future__ import annotations
 
@@ -20,6 +23,10 @@ import pytest
 import torch
 
 GOLDEN = Path(__file__).with_name("seeded_trial.json")
+ROOT = Path(__file__).resolve().parents[2]
+# read by torch, MKL and oneDNN when they load: set before the child process imports torch
+PINNED = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "SSE41",
+          "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 TIMINGS = ("train_seconds", "val_seconds", "sample_seconds")
 CASES = {
     "lora_both_ema_clip": ({"steps": 10, "lr": 5e-3, "seed": 3, "val_every": 4, "lora_rank": 2,
@@ -98,10 +105,22 @@ def _same(a, b) -> bool:
     return a == b
 
 
+def pinned_figures(case: str, tmp: Path, env: dict | None = None) -> dict:
+    """`_figures` of one case in a child process with the kernels pinned (PINNED)."""
+    import os
+    import subprocess
+
+    out = tmp / f"{case}.json"
+    subprocess.run([sys.executable, __file__, "--case", case, str(out)], check=True, cwd=ROOT,
+                   env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+                        **PINNED, **(env or {})})
+    return json.loads(out.read_text())
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_seeded_trial_is_bit_identical(case, tmp_path):
     want = json.loads(GOLDEN.read_text())[case]
-    got = json.loads(json.dumps(_figures(case, tmp_path)))  # as the file holds them
+    got = pinned_figures(case, tmp_path)
     for part in want:
         assert _same(got[part], want[part]), f"{case}: {part} differs from seeded_trial.json"
     assert got["result"]["val_loss"] < got["result"]["val_loss_init"]
@@ -123,9 +142,15 @@ def test_the_knobs_record_names_every_parameter_once():
         knobs.lr = 1.0
 
 
+if __name__ == "__main__" and sys.argv[1:2] == ["--case"]:  # the child of pinned_figures
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(sys.argv[3]).write_text(json.dumps(_figures(sys.argv[2], Path(tmp))))
+
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        GOLDEN.write_text(json.dumps({c: _figures(c, Path(tmp)) for c in CASES}, indent=1) + "\n")
+        GOLDEN.write_text(json.dumps({c: pinned_figures(c, Path(tmp)) for c in CASES}, indent=1) + "\n")
     print(f"wrote {GOLDEN}")
