@@ -285,3 +285,18 @@ def test_workers_the_cluster_cannot_hold_are_not_started_to_wait_forever(workers
     assert workers_that_fit(workers, cpus, share, have) == runs
     said = capsys.readouterr().err
     assert (f"--workers {workers}: the cluster's" in said and f"running {runs}" in said) == (runs < workers)
+
+
+def test_a_probe_trains_the_config_two_steps_and_measures_its_peak():
+    """The built-in objective's probe (sweeps._workers.TrialWorker.probe): the config as asked,
+    two steps, no validation during training, no samples; its peak as a full trial's first steps
+    measure it, and what its worker then keeps (nothing on a machine without CUDA)."""
+    from sweeps._workers import TrialWorker
+
+    worker = TrialWorker("textual_inversion", True, "tiny", None)
+    small = worker.probe({"steps": 60, "lora_rank": 2, "seed": 0})
+    large = worker.probe({"steps": 60, "lora_rank": 16, "batch_size": 4, "seed": 0})
+    assert small.kind is Kind.OK and large.kind is Kind.OK
+    assert small.metrics["steps_run"] == 2 and small.config["steps"] == 2
+    assert 0 < small.metrics["peak_mem_mb"] < large.metrics["peak_mem_mb"]
+    assert small.resident_mb == 0.0 and not any(k.startswith("sample") for k in small.metrics)
