@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ._configs import RANDOM_MODELS
 from ._export import BUILTIN_MODELS, export_model, prepare_model
 from ._data import SYNTHETIC_CONCEPTS, check_data_dir
 from ._health_config import HealthConfig, TrialStopped
@@ -24,6 +25,7 @@ __all__ = [
     "HealthConfig",
     "TrialStopped",
     "BUILTIN_MODELS",
+    "RANDOM_MODELS",
     "export_model",
     "prepare_model",
     "BUILTIN_OBJECTIVES",

@@ -13,17 +13,11 @@ def export_model(name: str, directory: Path, *, single_file: bool = False) -> Pa
     `random:sd15` / `random:sdxl` (the published architectures with seeded random weights). With
     `single_file`, `directory` is a `.safetensors` file of the original (CompVis) layout."""
     if single_file:
-        from ._model import build_tiny, random_parts
+        from ._model import load_base_model
         from ._single_file import write_single_file
 
-        if name in ("random:sd15", "random:sdxl"):
-            import tempfile
-
-            with tempfile.TemporaryDirectory() as tmp:
-                parts = random_parts(name, Path(tmp))
-        else:
-            base = build_tiny(name)
-            parts = dict(text_encoders=base.text_encoders, unet=base.unet, vae=base.vae)
+        base = load_base_model(name)
+        parts = dict(text_encoders=base.text_encoders, unet=base.unet, vae=base.vae)
         return write_single_file(parts, directory, exported_from=name)
     if name in ("random:sd15", "random:sdxl"):
         from ._model import export_random

@@ -175,7 +175,8 @@ def _write_config_dir(configs: str, folder: Path) -> None:
             tok.save_pretrained(str(tmp / "out" / tok_dir))
         index = json.loads((_tiny_index("tiny-sdxl" if sdxl else "tiny")).read_text())
         (tmp / "out" / "model_index.json").write_text(json.dumps(index, indent=2))
-        os.replace(tmp / "out", folder) if not folder.exists() else None
+        if not folder.exists():  # another process may have written it meanwhile
+            os.replace(tmp / "out", folder)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -247,7 +248,7 @@ def load_single_file(path: Path) -> dict[str, Any]:
     from diffusers import StableDiffusionPipeline, StableDiffusionXLPipeline
     from transformers import CLIPTextConfig, CLIPTextModelWithProjection, CLIPTokenizer
 
-    shape = check_single_file(path)
+    shape = inspect(path)
     folder = config_dir(shape.configs)
     source = _tokenizer_source(shape, str(path))
     tokenizer = CLIPTokenizer.from_pretrained(source, subfolder="tokenizer" if source == str(folder) else "",
@@ -257,9 +258,10 @@ def load_single_file(path: Path) -> dict[str, Any]:
         # diffusers tells the two encoders apart by width; csweep's tiny SDXL has two of one
         # width, so the second (OpenCLIP layout) is converted here with diffusers' own routine.
         from diffusers.loaders.single_file_utils import convert_open_clip_checkpoint
-        from safetensors.torch import load_file
+        from safetensors import safe_open
 
-        weights = {k: v for k, v in load_file(str(path)).items() if k.startswith(SDXL_TEXT_2)}
+        with safe_open(str(path), framework="pt") as f:  # its tensors only; the pipeline reads the rest
+            weights = {k: f.get_tensor(k) for k in f.keys() if k.startswith(SDXL_TEXT_2)}
         encoder_2 = CLIPTextModelWithProjection(CLIPTextConfig.from_pretrained(str(folder), subfolder="text_encoder_2"))
         state = convert_open_clip_checkpoint(encoder_2, weights, prefix=SDXL_TEXT_2)
         missing, unexpected = encoder_2.load_state_dict(state, strict=False)

@@ -80,6 +80,9 @@ class _Trial:
     run_id: str | None = None  # None until the logging side has answered
     attempts: dict[int, int] = field(default_factory=dict)  # replicate -> attempt of its next start
 
+    def replicate_params(self, replicate: int) -> dict[str, Any]:
+        return {**self.params, "seed": self.seeds[replicate]}
+
 
 @dataclass
 class _Task:
@@ -191,7 +194,7 @@ class Driver:
         """--gpu-mem-mb: start the queue's head where its predicted memory fits (or its probe on an
         empty GPU); False when it must wait for room."""
         owner, replicate = self.queue[0]
-        params = {**owner.params, "seed": owner.seeds[replicate]}
+        params = owner.replicate_params(replicate)
         free = [w for w in range(self.pool.size) if self.load[w] == 0]
         placed = self.packing.place(free, params, alone=(owner.trial.number, replicate) in self.alone)
         if placed is None:
@@ -224,8 +227,7 @@ class Driver:
 
     def _send(self, widx: int, owner: _Trial, replicate: int, *, attempt: int) -> Hashable:
         self.seq += 1
-        params = {**owner.params, "seed": owner.seeds[replicate]}
-        handle = self.pool.submit(widx, params, owner.trial.number)
+        handle = self.pool.submit(widx, owner.replicate_params(replicate), owner.trial.number)
         self.in_flight[handle] = _Task(owner, replicate, widx, self.generation[widx], attempt, self.seq)
         self.load[widx] += 1
         return handle
@@ -240,7 +242,7 @@ class Driver:
             if self.packing is not None:
                 self.packing.rest(task.widx, 0.0)  # its replacement holds nothing yet
             if task.probe:
-                self.packing.probed({**task.owner.params}, None)
+                self.packing.probed(task.owner.replicate_params(task.replicate), None)
                 return
             lost = self._worker_lost(task, exc)
             if lost is None:
@@ -249,7 +251,7 @@ class Driver:
         if self.packing is not None:
             self.packing.rest(task.widx, result.resident_mb)
         if task.probe:
-            self.packing.probed({**task.owner.params, "seed": task.owner.seeds[task.replicate]},
+            self.packing.probed(task.owner.replicate_params(task.replicate),
                                 result.metrics.get("peak_mem_mb") if result.kind is Kind.OK else None)
             return
         owner = task.owner
@@ -264,7 +266,7 @@ class Driver:
     def _packed_oom(self, task: _Task, result: TrialResult, held: float, shared: bool) -> bool:
         """Teach the predictor what a trial measured; an out-of-memory error of a task that shared
         its GPU (or held less than all of it) puts it back at the head of the queue, to run alone."""
-        params = {**task.owner.params, "seed": task.owner.seeds[task.replicate]}
+        params = task.owner.replicate_params(task.replicate)
         peak = result.metrics.get("peak_mem_mb", result.metrics.get(A.PEAK_MEM_SEEN, math.nan))
         if result.kind is not Kind.OUT_OF_MEMORY:
             self.packing.predictor.observe(params, float(peak))

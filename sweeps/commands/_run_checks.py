@@ -14,9 +14,6 @@ from search_spaces import SearchSpace, SpaceError, load_space
 from ._options import UsageError
 
 
-BUILTIN_MODELS = ("tiny", "tiny-sdxl", "random:sd15", "random:sdxl")
-
-
 def model_family(model: str) -> str:
     """tiny, sd15 or sdxl: which of a space's profiles a model takes (config files or a single
     file's header only)."""
@@ -34,11 +31,13 @@ def check_model(value: str, *, allow_pickle: bool = False) -> str:
     """The model the trials load: a built-in name or a diffusers folder as given; a single-file
     checkpoint checked from its header, a pickle one (where the user allows it) first converted
     once to .safetensors in the cache."""
-    if value in BUILTIN_MODELS:
+    from objectives import (
+        BUILTIN_MODELS, RANDOM_MODELS, CheckpointError, check_single_file, is_single_file, safe_copy_of_pickle,
+    )
+
+    if value in BUILTIN_MODELS + RANDOM_MODELS:
         return value
     path = Path(value)
-    from objectives import CheckpointError, check_single_file, is_single_file, safe_copy_of_pickle
-
     if is_single_file(value):
         try:
             if allow_pickle and path.suffix.lower() != ".safetensors" and path.is_file():
