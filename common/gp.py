@@ -36,14 +36,16 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.linalg.lapack import dpotrf, dtrtrs
 
 MAX_FIT = 120  # trials the surrogate conditions on (a seeded random subset beyond)
 # the analyses' hyperparameter chains and each one's burn-in: chains from dispersed starts see the
 # modes that one chain would not leave (burn 50 left the curve rows' offset unconverged)
-CHAINS, BURN = 4, 100
+CHAINS, BURN = 6, 100
 QUAD = 12  # grid points per numeric knob: the measure the variance is taken over
 SQRT5 = math.sqrt(5.0)
 JITTER = 1e-6
+BATCH_CELLS = 2 * 48 * 48  # kernel cells the chains' likelihoods are evaluated together in (cache-sized)
 # priors, in log space, for inputs scaled to [0, 1] and standardised y
 LOG_LS_PRIOR = (math.log(1.0), 1.0)  # a knob's length scale: median 1, 95% within [0.14, 7.1]
 LOG_MAIN = (None, 1.5)  # a knob's main-effect variance: median 1/knobs
@@ -55,6 +57,17 @@ LOG_CONST = (0.0, 1.0)
 def _m52(d2: np.ndarray) -> np.ndarray:
     r = np.sqrt(np.maximum(d2, 0.0))
     return (1.0 + SQRT5 * r + (5.0 / 3.0) * d2) * np.exp(-SQRT5 * r)
+
+
+def _m52t(t: np.ndarray) -> np.ndarray:
+    """The Matern 5/2 kernel of t = sqrt(5) r / l (the chains' form: distances' roots taken once)."""
+    out = np.exp(-t)
+    poly = t * t
+    poly *= 1.0 / 3.0
+    poly += t
+    poly += 1.0
+    out *= poly
+    return out
 
 
 def _sqdist(x1: np.ndarray, x2: np.ndarray) -> np.ndarray:
@@ -133,6 +146,9 @@ class BayesGP:
             same.setdefault(q.tobytes() + bytes(str(q.shape), "ascii"), []).append(g)
         self._stacks = [(gs, [self._dxx[g] for g in gs], np.stack([self._dxq[g] for g in gs]),
                          self._dqq[gs[0]]) for gs in same.values()]
+        # the likelihood's form of the same: the distances' square roots, times sqrt(5), taken once
+        self._roots = [(np.array(gs), [SQRT5 * np.sqrt(d) for d in dxx], SQRT5 * np.sqrt(dxq), SQRT5 * np.sqrt(dqq))
+                       for gs, dxx, dxq, dqq in self._stacks]
         self.last: list[np.ndarray] = []  # each chain's last state (log hyperparameters): a later start
         self.hypers = self._sample_hypers(n_hyper, burn, thin, chains, start)
 
@@ -157,20 +173,32 @@ class BayesGP:
 
     def _per_knob_xx(self, h: Hyper) -> list[np.ndarray]:
         """Each knob's centred kernel between the trials: _centred(g, ls, dxx, dxq, dxq), computed
-        for the knobs of one grid at once (the same numbers)."""
+        for the knobs of one grid at once from the distances' roots (the same numbers to
+        rounding); the (trials, trials) terms one knob at a time, so that they stay in cache."""
         out: list[np.ndarray] = [np.empty(0)] * len(self.groups)
-        for gs, dxx, dxq, dqq in self._stacks:
-            s = (h.ls[gs] ** 2)[:, None, None]
-            kqq, v = _grid_moments(dqq, s)
-            m1 = _m52(dxq / s).mean(2)
-            for k, g in enumerate(gs):  # the (trials, trials) terms one knob at a time: they stay in cache
-                out[g] = (_m52(dxx[k] / s[k, 0, 0]) - np.outer(m1[k], m1[k]) / kqq[k]) / v[k]
+        for gs, rxx, rxq, rqq in self._roots:
+            inv = 1.0 / h.ls[gs]
+            kq = _m52t(rqq[None] * inv[:, None, None])  # (knobs, grid, grid)
+            mq = kq.mean(2)
+            kqq = mq.mean(1)
+            v = np.maximum(np.mean(np.diagonal(kq, axis1=1, axis2=2) - mq * mq / kqq[:, None], axis=1), 1e-9)
+            m1 = _m52t(rxq * inv[:, None, None]).mean(2) / np.sqrt(kqq)[:, None]  # (knobs, trials)
+            for k, g in enumerate(gs):
+                kg = _m52t(rxx[k] * inv[k])
+                kg -= np.outer(m1[k], m1[k])
+                kg /= v[k]
+                out[g] = kg
         return out
 
     def _combine(self, ks: list[np.ndarray], h: Hyper) -> np.ndarray:
-        out = h.const + sum(h.main[g] * k for g, k in enumerate(ks))
+        """The kernel of the whole function from each knob's centred kernel ks[g]: the constant,
+        the main effects and every pair's product."""
+        out = h.main[0] * ks[0]
+        out += h.const
+        for g in range(1, len(ks)):
+            out += h.main[g] * ks[g]
         for p, (i, j) in enumerate(self.pairs):
-            out = out + h.pair[p] * ks[i] * ks[j]
+            out += h.pair[p] * (ks[i] * ks[j])
         return out
 
     def _noise(self, k: np.ndarray, h: Hyper) -> np.ndarray:
@@ -202,56 +230,112 @@ class BayesGP:
                      float(e[k + 2]) if self.cluster is not None else 0.0)
 
     def _loglik(self, theta: np.ndarray) -> float:
-        try:
-            chol = np.linalg.cholesky(self._kxx(self._unpack(theta)))
-        except np.linalg.LinAlgError:
-            return -math.inf
-        alpha = np.linalg.solve(chol, self.y)
-        return float(-0.5 * alpha @ alpha - np.log(np.diag(chol)).sum())
+        return float(self._loglik_many(np.asarray(theta, dtype=float)[None])[0])
+
+    def _loglik_many(self, thetas: np.ndarray) -> np.ndarray:
+        """The log marginal likelihood (up to its constant) at each row of `thetas` (log
+        hyperparameters, as `_unpack` reads them), evaluated together: the chains advance in step,
+        one likelihood each per round, so that numpy's per-call cost is paid once per round, not
+        once per chain. -inf where the kernel is not positive definite."""
+        n = len(self.x)
+        step = max(1, BATCH_CELLS // (n * n))
+        if len(thetas) > step:  # large kernels: a few at a time stay in cache
+            return np.concatenate([self._loglik_many(thetas[i:i + step]) for i in range(0, len(thetas), step)])
+        m, g, p = len(thetas), len(self.groups), len(self.pairs)
+        e = np.exp(thetas)
+        ls, main, pair = e[:, :g], e[:, g:2 * g], e[:, 2 * g:2 * g + p]
+        noise, const = e[:, 2 * g + p], e[:, 2 * g + p + 1]
+        ks: list[np.ndarray] = [np.empty(0)] * g
+        for gs, rxx, rxq, rqq in self._roots:
+            inv = 1.0 / ls[:, gs]  # (chains, knobs)
+            kq = _m52t(rqq * inv[:, :, None, None])  # (chains, knobs, grid, grid)
+            mq = kq.mean(3)
+            kqq = mq.mean(2)
+            v = np.maximum(np.mean(np.diagonal(kq, axis1=2, axis2=3) - mq * mq / kqq[..., None], axis=2), 1e-9)
+            m1 = _m52t(rxq * inv[:, :, None, None]).mean(3) / np.sqrt(kqq)[..., None]  # (chains, knobs, trials)
+            for k, gi in enumerate(gs):
+                kg = _m52t(rxx[k] * inv[:, k, None, None])
+                kg -= m1[:, k, :, None] * m1[:, k, None, :]
+                kg /= v[:, k, None, None]
+                ks[gi] = kg
+        kxx = const[:, None, None] + main[:, 0, None, None] * ks[0]
+        for gi in range(1, g):
+            kxx += main[:, gi, None, None] * ks[gi]
+        for q, (i, j) in enumerate(self.pairs):
+            kxx += pair[:, q, None, None] * (ks[i] * ks[j])
+        kxx[:, np.arange(n), np.arange(n)] += noise[:, None] + self.known + JITTER
+        if self._same is not None:
+            kxx += e[:, 2 * g + p + 2, None, None] * self._same
+        out = np.full(m, -math.inf)
+        for c in range(m):  # LAPACK directly: numpy's batched wrappers raise for all on one failure
+            chol, info = dpotrf(kxx[c], lower=1, clean=0, overwrite_a=1)
+            if info != 0:
+                continue
+            alpha, info = dtrtrs(chol, self.y, lower=1)
+            ll = float(-0.5 * alpha @ alpha - np.log(np.diag(chol)).sum())
+            if info == 0 and math.isfinite(ll):
+                out[c] = ll
+        return out
 
     def _sample_hypers(self, n: int, burn: int, thin: int, chains: int = 1,
                        start: np.ndarray | None = None) -> list[Hyper]:
-        """Elliptical slice sampling under the Gaussian (log-space) prior, in `chains` chains that
-        share the `n` draws: the first starts at the prior's median, the others at draws from the
-        prior, so that a posterior with several modes (a knob's steep main effect against an
-        interaction with a knob that happens to follow it in the trials) is not read from the one
-        mode a single chain falls into first. `start` (chains x hyperparameters, as `last` holds
-        them): where each chain starts instead, e.g. where a fit on nearly the same trials ended."""
+        """Elliptical slice sampling under the Gaussian (log-space) prior (Murray et al. 2010), in
+        `chains` chains that share the `n` draws: the first starts at the prior's median, the
+        others at draws from the prior, so that a posterior with several modes (a knob's steep
+        main effect against an interaction with a knob that happens to follow it in the trials) is
+        not read from the one mode a single chain falls into first. `start` (chains x
+        hyperparameters, as `last` holds them): where each chain starts instead, e.g. where a fit
+        on nearly the same trials ended. Each chain has a random stream of its own and its own
+        slice; they advance together, one likelihood each per round (`_loglik_many`)."""
         mean, sd = self._prior()
-        out: list[Hyper] = []
+        d = len(mean)
         chains = max(1, min(chains, n))
+        rngs = self.rng.spawn(chains)
+        theta = np.empty((chains, d))
         for c in range(chains):
-            if start is not None and len(start) > c and len(start[c]) == len(mean):
-                begin = np.array(start[c], dtype=float)
+            if start is not None and len(start) > c and len(start[c]) == d:
+                theta[c] = np.array(start[c], dtype=float)
             else:
-                begin = mean.copy() if c == 0 else mean + self.rng.normal(0.0, 1.0, len(mean)) * sd
-            out += self._chain(begin, mean, sd, n // chains + (c < n % chains), burn, thin)
-        return out
+                theta[c] = mean if c == 0 else mean + rngs[c].normal(0.0, 1.0, d) * sd
+        total = [burn + (n // chains + (c < n % chains)) * thin for c in range(chains)]
+        ll = self._loglik_many(theta)
+        nu, level = np.zeros((chains, d)), np.zeros(chains)
+        phi, lo, hi, tries, it = np.zeros(chains), np.zeros(chains), np.zeros(chains), [0] * chains, [0] * chains
+        kept: list[list[Hyper]] = [[] for _ in range(chains)]
 
-    def _chain(self, theta: np.ndarray, mean: np.ndarray, sd: np.ndarray, n: int, burn: int,
-               thin: int) -> list[Hyper]:
-        ll = self._loglik(theta)
-        out = []
-        for it in range(burn + n * thin):
-            nu = self.rng.normal(0.0, 1.0, len(mean)) * sd
-            level = ll + math.log(self.rng.uniform())
-            phi = self.rng.uniform(0.0, 2 * math.pi)
-            lo, hi = phi - 2 * math.pi, phi
-            for _ in range(60):
-                prop = mean + (theta - mean) * math.cos(phi) + nu * math.sin(phi)
-                lp = self._loglik(prop)
-                if lp > level:
-                    theta, ll = prop, lp
-                    break
-                if phi < 0:
-                    lo = phi
+        def begin(c: int) -> None:  # a new iteration of chain c: its direction, level and bracket
+            nu[c] = rngs[c].normal(0.0, 1.0, d) * sd
+            level[c] = ll[c] + math.log(rngs[c].uniform())
+            phi[c] = rngs[c].uniform(0.0, 2 * math.pi)
+            lo[c], hi[c], tries[c] = phi[c] - 2 * math.pi, phi[c], 0
+
+        active = [c for c in range(chains) if total[c] > 0]
+        for c in active:
+            begin(c)
+        while active:
+            idx = np.array(active)
+            prop = mean + (theta[idx] - mean) * np.cos(phi[idx])[:, None] + nu[idx] * np.sin(phi[idx])[:, None]
+            lp = self._loglik_many(prop)
+            for k, c in enumerate(list(active)):
+                tries[c] += 1
+                if lp[k] > level[c]:
+                    theta[c], ll[c] = prop[k], lp[k]
+                elif tries[c] < 60:  # shrink the bracket towards the current state and try again
+                    if phi[c] < 0:
+                        lo[c] = phi[c]
+                    else:
+                        hi[c] = phi[c]
+                    phi[c] = rngs[c].uniform(lo[c], hi[c])
+                    continue
+                if it[c] >= burn and (it[c] - burn) % thin == 0:
+                    kept[c].append(self._unpack(theta[c].copy()))
+                it[c] += 1
+                if it[c] < total[c]:
+                    begin(c)
                 else:
-                    hi = phi
-                phi = self.rng.uniform(lo, hi)
-            if it >= burn and (it - burn) % thin == 0:
-                out.append(self._unpack(theta))
-        self.last.append(theta)
-        return out
+                    active.remove(c)
+        self.last = [theta[c].copy() for c in range(chains)]
+        return [h for chain in kept for h in chain]
 
     # --- component draws -------------------------------------------------------------------
     def component_grid(self, comp: tuple[int, ...]) -> np.ndarray:
