@@ -258,8 +258,8 @@ def _frozen(parts: dict[str, Any], source: str) -> BaseModel:
 
 
 def random_parts(name: str, tokenizer_dir: Path) -> dict[str, Any]:
-    """The modules of `random:sd15` or `random:sdxl`: published configs, weights seeded (torch
-    seed 0), a tokenizer of csweep's own padded with unused tokens to CLIP's 49,408 so that the
+    """The modules of `random:sd15` or `random:sdxl`: published configs, weights seeded at the
+    scale of PyTorch's default initialisation (`_seeded_fill`), a tokenizer of csweep's own padded with unused tokens to CLIP's 49,408 so that the
     embedding matrices have their real size."""
     from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
@@ -269,15 +269,58 @@ def random_parts(name: str, tokenizer_dir: Path) -> dict[str, Any]:
     sdxl = name == "random:sdxl"
     tok = padded_tokenizer(tokenizer_dir)
     ids = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    torch.manual_seed(0)
-    encoders = [CLIPTextModel(CLIPTextConfig(**CLIP_L, **ids))]
-    if sdxl:
-        encoders.append(CLIPTextModelWithProjection(CLIPTextConfig(**CLIP_G, **ids)))
-    unet = UNet2DConditionModel(**(SDXL_UNET if sdxl else SD15_UNET))
-    vae = AutoencoderKL(**VAE, sample_size=1024 if sdxl else 512,
-                        scaling_factor=0.13025 if sdxl else 0.18215)
+    with torch.device("meta"):  # shapes only: the weights are filled below, seeded
+        encoders = [CLIPTextModel(CLIPTextConfig(**CLIP_L, **ids))]
+        if sdxl:
+            encoders.append(CLIPTextModelWithProjection(CLIPTextConfig(**CLIP_G, **ids)))
+        unet = UNet2DConditionModel(**(SDXL_UNET if sdxl else SD15_UNET))
+        vae = AutoencoderKL(**VAE, sample_size=1024 if sdxl else 512,
+                            scaling_factor=0.13025 if sdxl else 0.18215)
+    if torch.empty(0).device.type != "meta":  # a caller's meta context asks for the shapes alone
+        generator = torch.Generator(device="cpu").manual_seed(0)
+        pool = torch.rand(POOL, generator=generator, device="cpu") * 2 - 1
+        for module in (*encoders, unet, vae):
+            _seeded_fill(module.to_empty(device="cpu"), pool, generator)
     return dict(tokenizers=[tok] * len(encoders), text_encoders=encoders, unet=unet, vae=vae,
                 scheduler=DDPMScheduler(**SCHEDULER))
+
+
+POOL = 1 << 22  # the seeded uniform values random:* weights are drawn from (16 MB)
+
+
+@torch.no_grad()
+def _seeded_fill(module: torch.nn.Module, pool: torch.Tensor, generator: torch.Generator) -> None:
+    """Weights at the scale of PyTorch's default layer initialisation, seeded: Linear and Conv
+    weights and biases uniform within 1/sqrt(fan_in), norms at 1 and 0, embeddings at CLIP's
+    std 0.02; the values are runs of a seeded pool of uniform values, each tensor starting at a
+    seeded offset (building random:sdxl's 3.5B parameters one uniform_ at a time took 46 s on two
+    cores; this is memory-bound). The position ids are the only buffers these modules hold."""
+    for name, buf in module.named_buffers():
+        if not name.endswith("position_ids"):
+            raise RuntimeError(f"random weights: no rule for the buffer {name!r}")
+        buf.copy_(torch.arange(buf.shape[-1]).expand_as(buf))
+    for sub in module.modules():
+        if isinstance(sub, (torch.nn.LayerNorm, torch.nn.GroupNorm)):
+            sub.weight.fill_(1.0)
+            sub.bias.fill_(0.0)
+        elif isinstance(sub, torch.nn.Embedding):
+            _from_pool(sub.weight, pool, generator, 0.02 * 3 ** 0.5)
+        elif isinstance(sub, (torch.nn.Linear, torch.nn.Conv2d)):
+            bound = sub.weight[0].numel() ** -0.5
+            for p in (sub.weight, sub.bias):
+                if p is not None:
+                    _from_pool(p, pool, generator, bound)
+        elif any(True for _ in sub.parameters(recurse=False)):
+            raise RuntimeError(f"random weights: no rule for {type(sub).__name__}")
+
+
+def _from_pool(tensor: torch.Tensor, pool: torch.Tensor, generator: torch.Generator, bound: float) -> None:
+    flat, done = tensor.view(-1), 0
+    start = int(torch.randint(len(pool), (1,), generator=generator))
+    while done < len(flat):
+        k = min(len(flat) - done, len(pool) - start)
+        torch.mul(pool[start:start + k], bound, out=flat[done:done + k])
+        done, start = done + k, 0
 
 
 def export_random(name: str, directory: Path) -> Path:
