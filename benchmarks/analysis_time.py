@@ -6,8 +6,8 @@ trials of a four-knob objective (two numeric pairs declared, one with a law), ea
 `--sampler-sizes`: also the coupling sampler's own time per suggestion (`Study.ask` on a study of
 that many finished trials of the same four knobs; the median of 5 asks, the first of the process
 paying its imports apart). `--sizes ''` times the sampler alone. `--kernels 20,30,60`: the coupling
-analysis of the moderate synthetic planting (tests/synthetic.py) with the likelihood's kernels
-computed per knob (`BayesGP._centred`, one knob at a time) and stacked per grid (what the
+analysis of the moderate synthetic planting (tests/synthetic.py) with the hyperparameter chains'
+likelihoods evaluated one chain at a time and together (`common.gp.BATCH_CELLS`, what the
 surrogate does), alternately on the same studies: seconds per analysis, their ratio, and whether
 the verdicts' figures are the same to the bit.
 
@@ -86,31 +86,27 @@ def kernel_time(sizes: list[int], rounds: int = 3) -> None:
     sys.path.insert(0, str(ROOT / "tests"))
     from synthetic import UNIT_SPACE, moderate_study
 
+    import common.gp as gp
     from reports import coupling_analysis
-    from common.gp import BayesGP
 
     warnings.filterwarnings("ignore")
-    stacked = BayesGP._per_knob_xx
-
-    def per_knob(self, h):
-        return [self._centred(g, h.ls[g], self._dxx[g], self._dxq[g], self._dxq[g]) for g in range(len(self.groups))]
-
+    together = gp.BATCH_CELLS
     for n in sizes:
-        times: dict[str, list[float]] = {"per knob": [], "stacked": []}
+        times: dict[str, list[float]] = {"one at a time": [], "together": []}
         same = True
         for r in range(rounds):
             figures = []
-            for name, fn in (("per knob", per_knob), ("stacked", stacked)):
-                BayesGP._per_knob_xx = fn
+            for name, cells in (("one at a time", 1), ("together", together)):
+                gp.BATCH_CELLS = cells
                 t = time.perf_counter()
                 out = coupling_analysis(moderate_study(r, n=n), UNIT_SPACE, seed=0)
                 times[name].append(time.perf_counter() - t)
                 figures.append([(c.param_a, c.param_b, c.strength, c.ci_low, c.ci_high) for c in out])
             same = same and figures[0] == figures[1]
-        BayesGP._per_knob_xx = stacked
-        a, b = (statistics.median(times[k]) for k in ("per knob", "stacked"))
-        print(f"coupling analysis, {n} trials: per knob {a:.2f} s, stacked {b:.2f} s, ratio {b / a:.2f} "
-              f"(median of {rounds}); figures identical: {same}", flush=True)
+        gp.BATCH_CELLS = together
+        a, b = (statistics.median(times[k]) for k in ("one at a time", "together"))
+        print(f"coupling analysis, {n} trials: chains' likelihoods one at a time {a:.2f} s, together {b:.2f} s, "
+              f"ratio {b / a:.2f} (median of {rounds}); figures identical: {same}", flush=True)
 
 
 def main() -> None:
