@@ -42,10 +42,22 @@ def write_pending(pending: Path, number: int, status: str, run_id: str, record: 
         path.write_bytes(data)
 
 
-def _init(uri: str, experiment: str, artifact_root: str | None, pending: str) -> None:
-    # Ctrl-C reaches the whole process group: the driver handles it and still needs this
-    # process to end the interrupted trials' runs
+def _warm() -> None:
+    """The child's start: the imports its first call needs (MLflow's, SQLAlchemy's), while the
+    driver still opens the study and starts Ray. Ctrl-C reaches the whole process group: the
+    driver handles it and still needs this process to end the interrupted trials' runs."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    import mlflow  # noqa: F401
+    from mlflow.tracking import MlflowClient  # noqa: F401
+
+    from . import _study, _tracking  # noqa: F401
+    try:
+        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401 - the local stores' backend
+    except Exception:  # noqa: BLE001 - an MLflow without it: the first call imports what it needs
+        pass
+
+
+def _init(uri: str, experiment: str, artifact_root: str | None, pending: str) -> None:
     from ._study import tune_sqlite
     from ._tracking import SafeTracker
 
@@ -90,18 +102,28 @@ class PendingLog:
 
 class MlflowLane:
     """The driver's handle on the child. Every method returns at once; `start_trial` gives a
-    future of the run id ("" when MLflow is unreachable)."""
+    future of the run id ("" when MLflow is unreachable). The child starts (and imports MLflow)
+    when the lane is made, before the run knows its parent run; `open` then points it at the
+    store, as its first call."""
 
-    def __init__(self, uri: str, study_name: str, *, artifact_root: Path | None, pending: Path,
-                 parent: str) -> None:
-        self.parent = parent
-        self.study_name = study_name
-        self.pending = pending
+    def __init__(self) -> None:
+        self.parent = ""
+        self.study_name = ""
+        self.pending = Path(PENDING_DIR)
         self.error = ""
-        self._pool = ProcessPoolExecutor(
-            max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_init,
-            initargs=(uri, study_name, str(artifact_root) if artifact_root else None, str(pending)))
-        self._pool.submit(_ready)  # start the process now, while Ray starts
+        self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                         initializer=_warm)
+        self._pool.submit(_ready)  # start the process now, while the study opens and Ray starts
+
+    def open(self, uri: str, study_name: str, *, artifact_root: Path | None, pending: Path,
+             parent: str) -> MlflowLane:
+        self.parent, self.study_name, self.pending = parent, study_name, pending
+        self._submit(_init, uri, study_name, str(artifact_root) if artifact_root else None, str(pending))
+        return self
+
+    def discard(self) -> None:
+        """Not needed after all (MLflow unreachable, or the run stopped before its first trial)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _submit(self, fn: Any, *args: Any) -> Future | None:
         try:

@@ -94,7 +94,7 @@ def describe(cfg: RunConfig) -> str:
             "run: best val_loss, front size, hypervolume.")
 
 
-def _open_mlflow(cfg: RunConfig, study: Any) -> tuple[SafeTracker, str, Any]:
+def _open_mlflow(cfg: RunConfig, study: Any, lane: MlflowLane) -> tuple[SafeTracker, str, Any]:
     """(tracker, parent run id or "", where per-trial records go): the parent run attached to the
     study, each concept's training images on it, and the logging process started; without a
     parent run (MLflow unreachable) the records go straight to pending_mlflow/."""
@@ -112,9 +112,11 @@ def _open_mlflow(cfg: RunConfig, study: Any) -> tuple[SafeTracker, str, Any]:
 
         mlflow.log_images(parent, {f"training_images/{k}.png": v for k, v in training_grids(cfg.model, cfg.data).items()})
     pending_dir = cfg.workdir / PENDING_DIR / cfg.study_name
-    log = (MlflowLane(cfg.tracking_uri, cfg.study_name, artifact_root=cfg.artifact_root, pending=pending_dir,
-                      parent=parent) if parent else PendingLog(pending_dir))
-    return mlflow, parent, log
+    if not parent:
+        lane.discard()
+        return mlflow, parent, PendingLog(pending_dir)
+    return mlflow, parent, lane.open(cfg.tracking_uri, cfg.study_name, artifact_root=cfg.artifact_root,
+                                     pending=pending_dir, parent=parent)
 
 
 def _open_study(cfg: RunConfig) -> Any:
@@ -148,9 +150,13 @@ def _open_study(cfg: RunConfig) -> Any:
     return study
 
 
-def _open_study_and_mlflow(cfg: RunConfig) -> tuple[Any, SafeTracker, str, Any]:
-    study = _open_study(cfg)
-    return (study, *_open_mlflow(cfg, study))
+def _open_study_and_mlflow(cfg: RunConfig, lane: MlflowLane) -> tuple[Any, SafeTracker, str, Any]:
+    try:
+        study = _open_study(cfg)
+        return (study, *_open_mlflow(cfg, study, lane))
+    except BaseException:
+        lane.discard()
+        raise
 
 
 def run_sweep(cfg: RunConfig) -> Outcome:
@@ -161,8 +167,9 @@ def run_sweep(cfg: RunConfig) -> Outcome:
     # the study and MLflow's side (its import, the store's schema, the parent run, the logging
     # process) are set up in a thread while this one starts Ray: the start-ups overlap instead
     # of adding up (a study of another kind is refused by the command line before this)
+    lane = MlflowLane()  # the logging process starts first: its imports overlap all the rest
     with ThreadPoolExecutor(1, thread_name_prefix="csweep-setup") as ex:
-        ready = ex.submit(_open_study_and_mlflow, cfg)
+        ready = ex.submit(_open_study_and_mlflow, cfg, lane)
         try:
             if cfg.builtin and not cluster:
                 from objectives import prepare_model
