@@ -150,11 +150,10 @@ class BayesGP:
         same: dict[bytes, list[int]] = {}
         for g, q in enumerate(self.grid):
             same.setdefault(q.tobytes() + bytes(str(q.shape), "ascii"), []).append(g)
-        self._stacks = [(gs, [self._dxx[g] for g in gs], np.stack([self._dxq[g] for g in gs]),
-                         self._dqq[gs[0]]) for gs in same.values()]
-        # the likelihood's form of the same: the distances' square roots, times sqrt(5), taken once
-        self._roots = [(np.array(gs), [SQRT5 * np.sqrt(d) for d in dxx], SQRT5 * np.sqrt(dxq), SQRT5 * np.sqrt(dqq))
-                       for gs, dxx, dxq, dqq in self._stacks]
+        # in the form the kernels read them: the distances' square roots, times sqrt(5), taken once
+        self._roots = [(np.array(gs), [SQRT5 * np.sqrt(self._dxx[g]) for g in gs],
+                        SQRT5 * np.sqrt(np.stack([self._dxq[g] for g in gs])), SQRT5 * np.sqrt(self._dqq[gs[0]]))
+                       for gs in same.values()]
         self.last: list[np.ndarray] = []  # each chain's last state (log hyperparameters): a later start
         self.hypers = self._sample_hypers(n_hyper, burn, thin, chains, start)
 
@@ -178,21 +177,26 @@ class BayesGP:
         return float(kqq[0]), float(v[0])
 
     def _per_knob_xx(self, h: Hyper) -> list[np.ndarray]:
-        """Each knob's centred kernel between the trials: _centred(g, ls, dxx, dxq, dxq), computed
-        for the knobs of one grid at once from the distances' roots (the same numbers to
-        rounding); the (trials, trials) terms one knob at a time, so that they stay in cache."""
+        """Each knob's centred kernel between the trials at one draw's length scales:
+        _centred(g, ls, dxx, dxq, dxq), to rounding."""
+        return [k[0] for k in self._knob_kernels(h.ls[None])]
+
+    def _knob_kernels(self, ls: np.ndarray) -> list[np.ndarray]:
+        """Each knob's centred kernel between the trials, (rows of `ls`, trials, trials), for each
+        row of length scales `ls` (rows, knobs): the knobs of one grid at once, from the distances'
+        roots; the (trials, trials) terms one knob at a time, so that they stay in cache."""
         out: list[np.ndarray] = [np.empty(0)] * len(self.groups)
         for gs, rxx, rxq, rqq in self._roots:
-            inv = 1.0 / h.ls[gs]
-            kq = _m52t(rqq[None] * inv[:, None, None])  # (knobs, grid, grid)
-            mq = _avg(kq, 2)
-            kqq = _avg(mq, 1)
-            v = np.maximum(_avg(np.diagonal(kq, axis1=1, axis2=2) - mq * mq / kqq[:, None], 1), 1e-9)
-            m1 = _avg(_m52t(rxq * inv[:, None, None]), 2) / np.sqrt(kqq)[:, None]  # (knobs, trials)
+            inv = 1.0 / ls[:, gs]  # (rows, knobs)
+            kq = _m52t(rqq * inv[:, :, None, None])  # (rows, knobs, grid, grid)
+            mq = _avg(kq, 3)
+            kqq = _avg(mq, 2)
+            v = np.maximum(_avg(np.diagonal(kq, axis1=2, axis2=3) - mq * mq / kqq[..., None], 2), 1e-9)
+            m1 = _avg(_m52t(rxq * inv[:, :, None, None]), 3) / np.sqrt(kqq)[..., None]  # (rows, knobs, trials)
             for k, g in enumerate(gs):
-                kg = _m52t(rxx[k] * inv[k])
-                kg -= np.outer(m1[k], m1[k])
-                kg /= v[k]
+                kg = _m52t(rxx[k] * inv[:, k, None, None])
+                kg -= m1[:, k, :, None] * m1[:, k, None, :]
+                kg /= v[:, k, None, None]
                 out[g] = kg
         return out
 
@@ -235,9 +239,6 @@ class BayesGP:
         return Hyper(e[:g], e[g:2 * g], e[2 * g:k], float(e[k]), float(e[k + 1]),
                      float(e[k + 2]) if self.cluster is not None else 0.0)
 
-    def _loglik(self, theta: np.ndarray) -> float:
-        return float(self._loglik_many(np.asarray(theta, dtype=float)[None])[0])
-
     def _loglik_many(self, thetas: np.ndarray) -> np.ndarray:
         """The log marginal likelihood (up to its constant) at each row of `thetas` (log
         hyperparameters, as `_unpack` reads them), evaluated together: the chains advance in step,
@@ -251,19 +252,7 @@ class BayesGP:
         e = np.exp(thetas)
         ls, main, pair = e[:, :g], e[:, g:2 * g], e[:, 2 * g:2 * g + p]
         noise, const = e[:, 2 * g + p], e[:, 2 * g + p + 1]
-        ks: list[np.ndarray] = [np.empty(0)] * g
-        for gs, rxx, rxq, rqq in self._roots:
-            inv = 1.0 / ls[:, gs]  # (chains, knobs)
-            kq = _m52t(rqq * inv[:, :, None, None])  # (chains, knobs, grid, grid)
-            mq = _avg(kq, 3)
-            kqq = _avg(mq, 2)
-            v = np.maximum(_avg(np.diagonal(kq, axis1=2, axis2=3) - mq * mq / kqq[..., None], 2), 1e-9)
-            m1 = _avg(_m52t(rxq * inv[:, :, None, None]), 3) / np.sqrt(kqq)[..., None]  # (chains, knobs, trials)
-            for k, gi in enumerate(gs):
-                kg = _m52t(rxx[k] * inv[:, k, None, None])
-                kg -= m1[:, k, :, None] * m1[:, k, None, :]
-                kg /= v[:, k, None, None]
-                ks[gi] = kg
+        ks = self._knob_kernels(ls)
         kxx = const[:, None, None] + main[:, 0, None, None] * ks[0]
         for gi in range(1, g):
             kxx += main[:, gi, None, None] * ks[gi]
