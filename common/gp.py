@@ -176,6 +176,16 @@ class BayesGP:
         kqq, v = _grid_moments(self._dqq[g], np.array([s])[:, None, None])
         return float(kqq[0]), float(v[0])
 
+    def _grid_kernels(self, g: int, ls: float) -> tuple[np.ndarray, np.ndarray]:
+        """Knob g's centred kernel between its grid and the trials, and on its grid:
+        _centred(g, ls, dxq.T, dqq, dxq) and _centred(g, ls, dqq, dqq, dqq), the same numbers, each
+        kernel and each mean over the grid taken once."""
+        s = ls * ls
+        kqq, v = self._grid_moments(g, s)
+        k_xq, k_qq = _m52(self._dxq[g] / s), _m52(self._dqq[g] / s)
+        mx, mg = _avg(k_xq, 1), _avg(k_qq, 1)
+        return (k_xq.T - np.outer(mg, mx) / kqq) / v, (k_qq - np.outer(mg, mg) / kqq) / v
+
     def _per_knob_xx(self, h: Hyper) -> list[np.ndarray]:
         """Each knob's centred kernel between the trials at one draw's length scales:
         _centred(g, ls, dxx, dxq, dxq), to rounding."""
@@ -344,6 +354,7 @@ class BayesGP:
         standardised units (multiply by `sd` for y's). Components: (i,) per knob, (i, j) per pair."""
         comps = [(g,) for g in range(len(self.groups))] + list(self.pairs)
         out: dict[tuple[int, ...], list[np.ndarray]] = {c: [] for c in comps}
+        on_grid = [self.component_grid(c) for c in comps]
         n = len(self.x)
         for h in self.hypers:
             kx = self._per_knob_xx(h)
@@ -354,16 +365,12 @@ class BayesGP:
             except np.linalg.LinAlgError:
                 continue
             # per knob: the centred kernel between grid and trials, grid and grid
-            kqx = [self._centred(g, h.ls[g], self._dxq[g].T, self._dqq[g], self._dxq[g])
-                   for g in range(len(self.groups))]
-            kqq = [self._centred(g, h.ls[g], self._dqq[g], self._dqq[g], self._dqq[g])
-                   for g in range(len(self.groups))]
+            kqx, kqq = zip(*(self._grid_kernels(g, h.ls[g]) for g in range(len(self.groups))))
             # the constant term: one value per draw, the same at every trial
             prior_x = np.repeat(self.rng.normal(0.0, 1.0, (1, per_hyper)) * math.sqrt(h.const), n, axis=0)
             grids: dict[tuple[int, ...], np.ndarray] = {}
             crosses: dict[tuple[int, ...], np.ndarray] = {}
-            for c in comps:
-                idx = self.component_grid(c)
+            for c, idx in zip(comps, on_grid):
                 var = h.main[c[0]] if len(c) == 1 else h.pair[self.pairs.index(c)]
                 k_gg = np.prod([kqq[g][np.ix_(idx[:, a], idx[:, a])] for a, g in enumerate(c)], axis=0)
                 k_gx = np.prod([kqx[g][idx[:, a]] for a, g in enumerate(c)], axis=0)
@@ -385,12 +392,11 @@ class BayesGP:
         the hyperparameter draws."""
         comps = [(g,) for g in range(len(self.groups))] + list(self.pairs)
         acc = {c: 0.0 for c in comps}
+        grids = [self.component_grid(c) for c in comps]
         for h in self.hypers:
             alpha = np.linalg.solve(self._kxx(h), self.y)
-            kqx = [self._centred(g, h.ls[g], self._dxq[g].T, self._dqq[g], self._dxq[g])
-                   for g in range(len(self.groups))]
-            for c in comps:
-                idx = self.component_grid(c)
+            kqx = [self._grid_kernels(g, h.ls[g])[0] for g in range(len(self.groups))]
+            for c, idx in zip(comps, grids):
                 var = h.main[c[0]] if len(c) == 1 else h.pair[self.pairs.index(c)]
                 acc[c] = acc[c] + var * np.prod([kqx[g][idx[:, a]] for a, g in enumerate(c)], axis=0) @ alpha
         return {c: v / len(self.hypers) for c, v in acc.items()}
@@ -411,15 +417,23 @@ class BayesGP:
         # candidates to configs, configs to the grid, candidates to the grid
         dist = [(_sqdist(xs[:, c], xs[:, c]), _sqdist(points[:, c], xs[:, c]), _sqdist(xs[:, c], self.grid[g]),
                  _sqdist(points[:, c], self.grid[g])) for g, c in enumerate(self.groups)]
+        grids = [self.component_grid(tuple(comp)) for comp in comps]
         out = np.zeros(len(points))
         for h in self.hypers:
             kx, kp, dp, kgp, kgx = [], [], [], [], []
             for g, (xx, px, xq, pq) in enumerate(dist):
-                kx.append(self._centred(g, h.ls[g], xx, xq, xq))
-                kp.append(self._centred(g, h.ls[g], px, pq, xq))
-                dp.append(self._centred_diag(g, h.ls[g], pq))
-                kgp.append(self._centred(g, h.ls[g], pq.T, self._dqq[g], pq))
-                kgx.append(self._centred(g, h.ls[g], xq.T, self._dqq[g], xq))
+                # _centred(g, ls, d12, d1q, d2q) of (xx, xq, xq), (px, pq, xq), (pq.T, dqq, pq) and
+                # (xq.T, dqq, xq), and the centred kernel's variance at each candidate: the same
+                # numbers as _centred gives, each kernel and each mean over the grid taken once
+                s = h.ls[g] * h.ls[g]
+                kqq, v = self._grid_moments(g, s)
+                k_xq, k_pq = _m52(xq / s), _m52(pq / s)
+                mx, mp, mg = _avg(k_xq, 1), _avg(k_pq, 1), _avg(_m52(self._dqq[g] / s), 1)
+                kx.append((_m52(xx / s) - np.outer(mx, mx) / kqq) / v)
+                kp.append((_m52(px / s) - np.outer(mp, mx) / kqq) / v)
+                dp.append((1.0 - mp ** 2 / kqq) / v)
+                kgp.append((k_pq.T - np.outer(mg, mp) / kqq) / v)
+                kgx.append((k_xq.T - np.outer(mg, mx) / kqq) / v)
             kxx = self._noise(self._combine(kx, h), h)
             extra_noise = h.noise + self.known.mean() + (h.cluster if self.cluster is not None else 0.0)
             kxx[np.arange(len(self.x), len(xs)), np.arange(len(self.x), len(xs))] += extra_noise + JITTER
@@ -434,18 +448,10 @@ class BayesGP:
                 continue
             vy = np.maximum(vf - (kf * a.T).sum(1), 0.0) + extra_noise + JITTER
             total = float(h.main.sum() + h.pair.sum())
-            for comp in comps:
+            for comp, idx in zip(comps, grids):
                 var = h.main[comp[0]] if len(comp) == 1 else h.pair[self.pairs.index(tuple(comp))]
-                idx = self.component_grid(tuple(comp))
                 prior = var * np.prod([kgp[g][idx[:, q]] for q, g in enumerate(comp)], axis=0)
                 cross = var * np.prod([kgx[g][idx[:, q]] for q, g in enumerate(comp)], axis=0)
                 cov = prior - cross @ a  # (grid points, candidates): the posterior covariance
                 out += _avg(cov * cov, 0) / vy / total
         return out / max(len(self.hypers), 1)
-
-    def _centred_diag(self, g: int, ls: float, pq: np.ndarray) -> np.ndarray:
-        """The centred kernel's variance k~_g(p, p) at each point, from its distances to the grid."""
-        s = ls * ls
-        kqq, v = self._grid_moments(g, s)
-        return (1.0 - _avg(_m52(pq / s), 1) ** 2 / kqq) / v
-

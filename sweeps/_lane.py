@@ -154,5 +154,5 @@ class MlflowLane:
             err = fut.result() if fut is not None else ""
         except Exception as exc:  # noqa: BLE001
             err = f"the MLflow logging process stopped: {exc.__class__.__name__}"
-        self._pool.shutdown(wait=True)
+        self._pool.shutdown(wait=False)  # the queue is drained: the process ends on its own
         return self.error or err
