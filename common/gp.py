@@ -89,6 +89,17 @@ def _grid_moments(dqq: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return kqq, np.maximum(_avg(np.diagonal(kq, axis1=1, axis2=2) - mq * mq / kqq[:, None], 1), 1e-9)
 
 
+def _grid_rows(ks: list[np.ndarray]) -> np.ndarray:
+    """A component's kernel rows on its grid from its knobs' rows on theirs: what
+    np.prod([k[idx[:, a]] for a, k in enumerate(ks)], axis=0) gives for the component's grid idx
+    (BayesGP.component_grid: the knobs' grid points in 'ij' order), the same products, without
+    gathering each knob's rows to the grid's size first."""
+    out = ks[0]
+    for k in ks[1:]:
+        out = (out[:, None, :] * k[None, :, :]).reshape(-1, k.shape[-1])
+    return out
+
+
 def _mvn(cov: np.ndarray, z: np.ndarray) -> np.ndarray:
     """Draws with covariance `cov` from standard normal columns `z`: by Cholesky with a small
     jitter, by eigendecomposition where that fails (a centred kernel is singular on its grid)."""
@@ -354,7 +365,6 @@ class BayesGP:
         standardised units (multiply by `sd` for y's). Components: (i,) per knob, (i, j) per pair."""
         comps = [(g,) for g in range(len(self.groups))] + list(self.pairs)
         out: dict[tuple[int, ...], list[np.ndarray]] = {c: [] for c in comps}
-        on_grid = [self.component_grid(c) for c in comps]
         n = len(self.x)
         for h in self.hypers:
             kx = self._per_knob_xx(h)
@@ -370,15 +380,15 @@ class BayesGP:
             prior_x = np.repeat(self.rng.normal(0.0, 1.0, (1, per_hyper)) * math.sqrt(h.const), n, axis=0)
             grids: dict[tuple[int, ...], np.ndarray] = {}
             crosses: dict[tuple[int, ...], np.ndarray] = {}
-            for c, idx in zip(comps, on_grid):
+            for c in comps:
                 var = h.main[c[0]] if len(c) == 1 else h.pair[self.pairs.index(c)]
-                k_gg = np.prod([kqq[g][np.ix_(idx[:, a], idx[:, a])] for a, g in enumerate(c)], axis=0)
-                k_gx = np.prod([kqx[g][idx[:, a]] for a, g in enumerate(c)], axis=0)
+                k_gg = kqq[c[0]] if len(c) == 1 else np.kron(kqq[c[0]], kqq[c[1]])
+                k_gx = _grid_rows([kqx[g] for g in c])
                 k_xx = np.prod([kx[g] for g in c], axis=0)
                 joint = var * np.block([[k_gg, k_gx], [k_gx.T, k_xx]])
                 draw = _mvn(joint, self.rng.normal(0.0, 1.0, (len(joint), per_hyper)))
-                grids[c], crosses[c] = draw[:len(idx)], var * k_gx
-                prior_x = prior_x + draw[len(idx):]
+                grids[c], crosses[c] = draw[:len(k_gx)], var * k_gx
+                prior_x = prior_x + draw[len(k_gx):]
             eps = self.rng.normal(0.0, 1.0, (n, per_hyper)) * np.sqrt(noise)[:, None]
             if self.cluster is not None:  # the offset each trial's rows share
                 eps = eps + self.rng.normal(0.0, 1.0, (self.cluster.max() + 1, per_hyper))[self.cluster] * math.sqrt(h.cluster)
@@ -392,13 +402,12 @@ class BayesGP:
         the hyperparameter draws."""
         comps = [(g,) for g in range(len(self.groups))] + list(self.pairs)
         acc = {c: 0.0 for c in comps}
-        grids = [self.component_grid(c) for c in comps]
         for h in self.hypers:
             alpha = np.linalg.solve(self._kxx(h), self.y)
             kqx = [self._grid_kernels(g, h.ls[g])[0] for g in range(len(self.groups))]
-            for c, idx in zip(comps, grids):
+            for c in comps:
                 var = h.main[c[0]] if len(c) == 1 else h.pair[self.pairs.index(c)]
-                acc[c] = acc[c] + var * np.prod([kqx[g][idx[:, a]] for a, g in enumerate(c)], axis=0) @ alpha
+                acc[c] = acc[c] + var * _grid_rows([kqx[g] for g in c]) @ alpha
         return {c: v / len(self.hypers) for c, v in acc.items()}
 
     def variance_reduction(self, points: np.ndarray, comps: list[tuple[int, ...]], *,
@@ -417,7 +426,6 @@ class BayesGP:
         # candidates to configs, configs to the grid, candidates to the grid
         dist = [(_sqdist(xs[:, c], xs[:, c]), _sqdist(points[:, c], xs[:, c]), _sqdist(xs[:, c], self.grid[g]),
                  _sqdist(points[:, c], self.grid[g])) for g, c in enumerate(self.groups)]
-        grids = [self.component_grid(tuple(comp)) for comp in comps]
         out = np.zeros(len(points))
         for h in self.hypers:
             kx, kp, dp, kgp, kgx = [], [], [], [], []
@@ -448,10 +456,10 @@ class BayesGP:
                 continue
             vy = np.maximum(vf - (kf * a.T).sum(1), 0.0) + extra_noise + JITTER
             total = float(h.main.sum() + h.pair.sum())
-            for comp, idx in zip(comps, grids):
+            for comp in comps:
                 var = h.main[comp[0]] if len(comp) == 1 else h.pair[self.pairs.index(tuple(comp))]
-                prior = var * np.prod([kgp[g][idx[:, q]] for q, g in enumerate(comp)], axis=0)
-                cross = var * np.prod([kgx[g][idx[:, q]] for q, g in enumerate(comp)], axis=0)
+                prior = var * _grid_rows([kgp[g] for g in comp])
+                cross = var * _grid_rows([kgx[g] for g in comp])
                 cov = prior - cross @ a  # (grid points, candidates): the posterior covariance
                 out += _avg(cov * cov, 0) / vy / total
         return out / max(len(self.hypers), 1)
