@@ -82,11 +82,22 @@ def _sqdist(x1: np.ndarray, x2: np.ndarray) -> np.ndarray:
 
 def _grid_moments(dqq: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Of a grid's kernel (squared distances `dqq`) at each squared length scale of `s` (shape
-    (m, 1, 1)): mean_qq k(q, q') and v, the centred kernel's mean variance there (BayesGP._centred)."""
+    (m, 1, 1)): mean_qq k(q, q') and v, the centred kernel's mean variance there (_centre)."""
     kq = _m52(dqq[None] / s)
     mq = _avg(kq, 2)
     kqq = _avg(mq, 1)
     return kqq, np.maximum(_avg(np.diagonal(kq, axis1=1, axis2=2) - mq * mq / kqq[:, None], 1), 1e-9)
+
+
+def _centre(k: np.ndarray, m1: np.ndarray, m2: np.ndarray, kqq: float, v: float) -> np.ndarray:
+    """A knob's centred kernel k~(p1, p2) = (k(p1, p2) - m1(p1) m2(p2) / kqq) / v from its kernel k
+    between two sets of points, each set's mean kernel to the grid (m(p) = mean_q k(p, q)), the
+    grid's mean kernel kqq = mean_qq k(q, q') and v, the centred kernel's mean variance over the
+    grid (_grid_moments). v makes a component's variance over the space its own hyperparameter
+    whatever its smoothness (a smooth centred draw varies little: without v, long length scales
+    would shrink every interaction and the prior on a pair's share would lean towards "no
+    sign")."""
+    return (k - np.outer(m1, m2) / kqq) / v
 
 
 def _grid_rows(ks: list[np.ndarray]) -> np.ndarray:
@@ -169,37 +180,24 @@ class BayesGP:
         self.hypers = self._sample_hypers(n_hyper, burn, thin, chains, start)
 
     # --- the centred kernel --------------------------------------------------------------
-    def _centred(self, g: int, ls: float, d12: np.ndarray, d1q: np.ndarray, d2q: np.ndarray) -> np.ndarray:
-        """k~_g(p1, p2) = (k(p1, p2) - mean_q k(p1, q) mean_q k(q, p2) / mean_qq k(q, q')) / v, where v,
-        the centred kernel's mean variance over the grid, makes a component's variance over the
-        space its own hyperparameter whatever its smoothness (a smooth centred draw varies
-        little: without v, long length scales would shrink every interaction and the prior on a
-        pair's share would lean towards "no sign")."""
-        s = ls * ls
-        kqq, v = self._grid_moments(g, s)
-        m1 = _avg(_m52(d1q / s), 1)
-        m2 = m1 if d2q is d1q else _avg(_m52(d2q / s), 1)
-        return (_m52(d12 / s) - np.outer(m1, m2) / kqq) / v
-
     def _grid_moments(self, g: int, s: float) -> tuple[float, float]:
         """Of knob g's kernel at squared length scale s on its grid: mean_qq k(q, q'), and v, the
-        centred kernel's mean variance there (see _centred)."""
+        centred kernel's mean variance there (see _centre)."""
         kqq, v = _grid_moments(self._dqq[g], np.array([s])[:, None, None])
         return float(kqq[0]), float(v[0])
 
     def _grid_kernels(self, g: int, ls: float) -> tuple[np.ndarray, np.ndarray]:
-        """Knob g's centred kernel between its grid and the trials, and on its grid:
-        _centred(g, ls, dxq.T, dqq, dxq) and _centred(g, ls, dqq, dqq, dqq), the same numbers, each
-        kernel and each mean over the grid taken once."""
+        """Knob g's centred kernel (_centre) between its grid and the trials, and on its grid, at
+        length scale ls: each kernel and each mean over the grid taken once."""
         s = ls * ls
         kqq, v = self._grid_moments(g, s)
         k_xq, k_qq = _m52(self._dxq[g] / s), _m52(self._dqq[g] / s)
         mx, mg = _avg(k_xq, 1), _avg(k_qq, 1)
-        return (k_xq.T - np.outer(mg, mx) / kqq) / v, (k_qq - np.outer(mg, mg) / kqq) / v
+        return _centre(k_xq.T, mg, mx, kqq, v), _centre(k_qq, mg, mg, kqq, v)
 
     def _per_knob_xx(self, h: Hyper) -> list[np.ndarray]:
         """Each knob's centred kernel between the trials at one draw's length scales:
-        _centred(g, ls, dxx, dxq, dxq), to rounding."""
+        _centre of the trials' kernel and means, to rounding."""
         return [k[0] for k in self._knob_kernels(h.ls[None])]
 
     def _knob_kernels(self, ls: np.ndarray) -> list[np.ndarray]:
@@ -430,18 +428,18 @@ class BayesGP:
         for h in self.hypers:
             kx, kp, dp, kgp, kgx = [], [], [], [], []
             for g, (xx, px, xq, pq) in enumerate(dist):
-                # _centred(g, ls, d12, d1q, d2q) of (xx, xq, xq), (px, pq, xq), (pq.T, dqq, pq) and
-                # (xq.T, dqq, xq), and the centred kernel's variance at each candidate: the same
-                # numbers as _centred gives, each kernel and each mean over the grid taken once
+                # the centred kernels (_centre) between configs, candidates and the grid, and its
+                # variance at each candidate (_centre's diagonal): each kernel and each mean over
+                # the grid taken once
                 s = h.ls[g] * h.ls[g]
                 kqq, v = self._grid_moments(g, s)
                 k_xq, k_pq = _m52(xq / s), _m52(pq / s)
                 mx, mp, mg = _avg(k_xq, 1), _avg(k_pq, 1), _avg(_m52(self._dqq[g] / s), 1)
-                kx.append((_m52(xx / s) - np.outer(mx, mx) / kqq) / v)
-                kp.append((_m52(px / s) - np.outer(mp, mx) / kqq) / v)
+                kx.append(_centre(_m52(xx / s), mx, mx, kqq, v))
+                kp.append(_centre(_m52(px / s), mp, mx, kqq, v))
                 dp.append((1.0 - mp ** 2 / kqq) / v)
-                kgp.append((k_pq.T - np.outer(mg, mp) / kqq) / v)
-                kgx.append((k_xq.T - np.outer(mg, mx) / kqq) / v)
+                kgp.append(_centre(k_pq.T, mg, mp, kqq, v))
+                kgx.append(_centre(k_xq.T, mg, mx, kqq, v))
             kxx = self._noise(self._combine(kx, h), h)
             extra_noise = h.noise + self.known.mean() + (h.cluster if self.cluster is not None else 0.0)
             kxx[np.arange(len(self.x), len(xs)), np.arange(len(self.x), len(xs))] += extra_noise + JITTER
