@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import math
 import sys
 import time
 import warnings
@@ -60,13 +59,13 @@ class TestFunction:
 
 
 def _ishigami(x: np.ndarray, _rng: np.random.Generator) -> np.ndarray:
-    from quadrature import ishigami
+    from synthetic import ishigami
 
     return ishigami(x[:, 0], x[:, 1], x[:, 2])
 
 
 def _g(x: np.ndarray, _rng: np.random.Generator) -> np.ndarray:
-    from quadrature import g_function
+    from synthetic import g_function
 
     return g_function(x[:, 0], x[:, 1], x[:, 2])
 
@@ -83,11 +82,10 @@ def _moderate(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def functions() -> dict[str, TestFunction]:
-    from quadrature import g_exact
+    from synthetic import ISHIGAMI_RANGE, ISHIGAMI_S2, g_exact
 
     return {
-        "ishigami": TestFunction("ishigami", ("x1", "x2", "x3"), -math.pi, math.pi,
-                                 {(0, 1): 0.0, (0, 2): 0.2437, (1, 2): 0.0}, _ishigami),
+        "ishigami": TestFunction("ishigami", ("x1", "x2", "x3"), *ISHIGAMI_RANGE, ISHIGAMI_S2, _ishigami),
         "g": TestFunction("g", ("x1", "x2", "x3"), 0.0, 1.0, g_exact(), _g),
         "moderate": TestFunction("moderate", MODERATE, 0.0, 1.0,
                                  {p: (0.12 if p == (0, 1) else 0.0) for p in itertools.combinations(range(4), 2)},

@@ -331,24 +331,22 @@ def _max_fit() -> int:
     return MAX_FIT
 
 
-def _refined_argmin(rows: np.ndarray, step: float) -> tuple[np.ndarray, np.ndarray]:
-    """Per row, the grid index of the minimum refined by a parabola through its neighbours (in
-    grid steps), and whether it lies inside the grid (not on its edge)."""
+def _refined_argmin(rows: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row (values at a knob's grid `nodes`, scaled, increasing), where the minimum lies: the
+    lowest node refined by the vertex of the parabola through it and its two neighbours, and
+    whether it lies inside the grid (not on its edge)."""
     j = np.argmin(rows, axis=-1)
     inner = (j > 0) & (j < rows.shape[-1] - 1)
     jj = np.clip(j, 1, rows.shape[-1] - 2)
     take = lambda k: np.take_along_axis(rows, k[..., None], axis=-1)[..., 0]  # noqa: E731
     l, m, r = take(jj - 1), take(jj), take(jj + 1)
-    denom = l - 2 * m + r
-    shift = np.where(inner & (denom > 0), 0.5 * (l - r) / np.where(denom > 0, denom, 1.0), 0.0)
-    return (j + shift) * step, inner
-
-
-def _quad_value(pos: np.ndarray) -> np.ndarray:
-    """A position along a knob's grid (in grid steps from the first point) as its scaled value."""
-    from common.gp import QUAD
-
-    return (pos + 0.5) / QUAD
+    x0, x1, x2 = nodes[jj - 1], nodes[jj], nodes[jj + 1]
+    # the vertex of the parabola through (x0, l), (x1, m), (x2, r): x1 - num / (2 den)
+    num = (x1 - x0) ** 2 * (m - r) - (x1 - x2) ** 2 * (m - l)
+    den = (x1 - x0) * (m - r) - (x1 - x2) * (m - l)
+    ok = inner & (den < 0)  # opens upwards (m below both neighbours)
+    shift = np.where(ok, -0.5 * num / np.where(ok, den, 1.0), 0.0)
+    return nodes[j] + shift, inner
 
 
 def coupling_min_trials(knobs: int) -> int:
@@ -396,7 +394,10 @@ def coupling_analysis(
         gp = gp or fit_surrogate(ok, params, categorical, seed=seed, n_hyper=max(4, n_boot))
         draws = gp.draws()
         mean = gp.mean()
-    var = {c: v.var(axis=1) for c, v in draws.items()}
+    var = {}  # each component's variance over the space, per draw: by the grid's quadrature
+    for c, v in draws.items():
+        w = gp.component_weights(c)
+        var[c] = ((v - (v @ w)[:, None]) ** 2) @ w
     total = sum(var.values())
     total = np.where(total > 0, total, np.nan)
     out = []
@@ -424,19 +425,20 @@ def coupling_analysis(
                 cat, num = a, b
             else:
                 cat, num, surf = b, a, surf.transpose(0, 2, 1)
-            pos, _ = _refined_argmin(surf, 1.0)  # (draws, levels)
+            pos, _ = _refined_argmin(surf, gp.grid[index[num]][:, 0])  # (draws, levels)
             rows = []
             for i_level, name in enumerate(categorical[cat]):
-                best = _quad_value(np.percentile(pos[:, i_level], [50, 2.5, 97.5]))
+                best = np.percentile(pos[:, i_level], [50, 2.5, 97.5])
                 rows.append((str(name), *(_taken(float(_unscale(np.array(v), params[num])), params[num])
                                           for v in best)))
             by_level = tuple(rows)
         elif a in params and b in params:
             surf = surface({c: v[None, :] for c, v in mean.items()})[0]
-            pos, _ = _refined_argmin(surf[[0, -1]], 1.0)
-            path = tuple((_taken(float(_unscale(np.array(_quad_value(np.array(i))), params[a])), params[a]),
-                          _taken(float(_unscale(np.array(_quad_value(p)), params[b])), params[b]))
-                         for i, p in zip((0, surf.shape[0] - 1), pos))
+            ga, gb = gp.grid[ia][:, 0], gp.grid[ib][:, 0]
+            pos, _ = _refined_argmin(surf[[0, -1]], gb)
+            path = tuple((_taken(float(_unscale(np.array(ga[i]), params[a])), params[a]),
+                          _taken(float(_unscale(np.array(p), params[b])), params[b]))
+                         for i, p in zip((0, -1), pos))
         more = None if (lo > COUPLED_ABOVE or hi < COUPLED_ABOVE) else more_trials_to_decide(med, lo, hi, n)
         out.append(Coupling(a_name, b_name, med, lo, hi, n, kind, by_level, more, path))
     return sorted(out, key=lambda c: -c.strength)
@@ -538,8 +540,9 @@ def fit_power_law(ok: pd.DataFrame, x: str, y: str, *, params: Mapping[str, Mapp
         if gp is None or len(gp.groups) != len(names) or getattr(gp, "n_trials", -1) != len(ok):
             gp = fit_surrogate(ok, params, cats, seed=seed, n_hyper=max(4, n_boot))
         draws, mean = gp.draws(), gp.mean()
-    # the x grid of the surrogate, inside the range its rows covered (a curve's points included)
-    gx = _quad_value(np.arange(QUAD).astype(float))
+    # the x grid of the surrogate (its quadrature nodes and their weights), inside the range its
+    # rows covered (a curve's points included)
+    gx, wx, gy = gp.grid[ix][:, 0], gp.weights[ix], gp.grid[iy][:, 0]
     scaled_x = gp.x[:, gp.groups[ix][0]]
     lo_x, hi_x = float(scaled_x.min()), float(scaled_x.max())
     cover = (gx >= lo_x - 0.5 / QUAD) & (gx <= hi_x + 0.5 / QUAD)
@@ -552,19 +555,19 @@ def fit_power_law(ok: pd.DataFrame, x: str, y: str, *, params: Mapping[str, Mapp
         if ix > iy:
             inter = inter.transpose(0, 2, 1)
         surf = inter + comp[(iy,)].reshape(-1, 1, QUAD)  # x's own main effect moves no minimum
-        pos, inner = _refined_argmin(surf, 1.0)
-        out = _quad_value(pos)
-        return np.where(inner & cover[None, :], out, np.nan)
+        pos, inner = _refined_argmin(surf, gy)
+        return np.where(inner & cover[None, :], pos, np.nan)
 
     def regress(ys: np.ndarray) -> tuple[float, float, float] | None:
         keep = np.isfinite(ys)
         if keep.sum() < LAW_MIN_POINTS:
             return None
-        ly = to_log(ys[keep], y)
-        slope, icpt = np.polyfit(lgx[keep], ly, 1)
+        # least squares over x's range: each point weighted by its node's quadrature weight
+        ly, w = to_log(ys[keep], y), wx[keep] / wx[keep].sum()
+        slope, icpt = np.polyfit(lgx[keep], ly, 1, w=np.sqrt(w))
         resid = ly - (slope * lgx[keep] + icpt)
-        ss = float(np.sum((ly - ly.mean()) ** 2))
-        return float(slope), float(icpt), (1 - float(np.sum(resid**2)) / ss) if ss > 0 else 1.0
+        ss = float(w @ (ly - w @ ly) ** 2)
+        return float(slope), float(icpt), (1 - float(w @ resid**2) / ss) if ss > 0 else 1.0
 
     central = ystar({c: v[None, :] for c, v in mean.items()})[0]
     fit = regress(central)
@@ -578,7 +581,7 @@ def fit_power_law(ok: pd.DataFrame, x: str, y: str, *, params: Mapping[str, Mapp
     slope = float(np.median(alphas))
     lo, hi = (float(v) for v in np.percentile(alphas, [2.5, 97.5]))
     keep = np.isfinite(central)
-    icpt = float(np.mean(to_log(central[keep], y) - slope * lgx[keep]))
+    icpt = float(np.average(to_log(central[keep], y) - slope * lgx[keep], weights=wx[keep]))
     pts = tuple((float(math.exp(a)), float(math.exp(b))) for a, b in zip(lgx[keep], to_log(central[keep], y)))
     return LawFit(x, y, "power", slope, min(lo, slope), max(hi, slope), float(math.exp(icpt)), fit[2], len(pts),
                   pts, len(ok))

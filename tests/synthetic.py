@@ -3,6 +3,7 @@ laws, null (additive) objectives, seed noise."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -160,6 +161,7 @@ def designed_moderate_study(seed: int, n: int, *, n_seeds: int = 1, seed_plan: s
 # offset per (config, seed) and a small jitter per point.
 CURVE_PLUGIN = '''
 import hashlib
+import itertools
 import math
 import time
 
@@ -317,3 +319,48 @@ def boundary_study(seed: int, *, n: int = 40, kind: str = "rank", sampler: str =
         rows.append({"trial": i, "state": "COMPLETE", "val_loss": val, "peak_mem_mb": 1.0, **t.params,
                      "outcome": "ok", "n_seeds": 1, "health": health})
     return pd.DataFrame(rows)
+
+
+# --- test functions of the sensitivity-analysis literature, with their published indices ------
+ISHIGAMI_RANGE = (-math.pi, math.pi)
+ISHIGAMI_S2 = {(0, 1): 0.0, (0, 2): 0.2437, (1, 2): 0.0}  # a = 7, b = 0.1 (Ishigami & Homma 1990)
+
+
+def ishigami(x1, x2, x3, a: float = 7.0, b: float = 0.1):
+    """Ishigami's function on [-pi, pi]^3: second-order indices ISHIGAMI_S2."""
+    return np.sin(x1) + a * np.sin(x2) ** 2 + b * x3 ** 4 * np.sin(x1)
+
+
+G_A = (0.0, 1.0, 4.5)
+
+
+def g_function(*xs):
+    """Sobol's G function with a = G_A on [0, 1]^3 (g_exact: its second-order indices)."""
+    out = 1.0
+    for x, a in zip(xs, G_A):
+        out = out * (np.abs(4 * x - 2) + a) / (1 + a)
+    return out
+
+
+def g_exact() -> dict[tuple[int, int], float]:
+    """Sobol's G's second-order indices: S_ij = V_i V_j / V, V_i = 1 / (3 (1 + a_i)^2),
+    V = prod(1 + V_i) - 1."""
+    v = [1 / (3 * (1 + a) ** 2) for a in G_A]
+    total = np.prod([1 + vi for vi in v]) - 1
+    return {(i, j): float(v[i] * v[j] / total) for i, j in itertools.combinations(range(3), 2)}
+
+
+def pair_shares(f, lo: float, hi: float, nodes01: np.ndarray, w: np.ndarray) -> dict[tuple[int, int], float]:
+    """Every pair's pure interaction variance over the total of a three-knob function `f` on
+    [lo, hi]^3, on the tensor grid of `nodes01` (in [0, 1]) with weights `w` (summing to one)."""
+    x = lo + (hi - lo) * nodes01
+    values = f(*np.meshgrid(x, x, x, indexing="ij"))
+    mean = np.einsum("ijk,i,j,k->", values, w, w, w)
+    var = np.einsum("ijk,i,j,k->", (values - mean) ** 2, w, w, w)
+    mains = [np.einsum("ijk,j,k->i", values, w, w) - mean, np.einsum("ijk,i,k->j", values, w, w) - mean,
+             np.einsum("ijk,i,j->k", values, w, w) - mean]
+    out = {}
+    for (i, j), axis in (((0, 1), "ijk,k->ij"), ((0, 2), "ijk,j->ik"), ((1, 2), "ijk,i->jk")):
+        pair = np.einsum(axis, values, w) - mean - mains[i][:, None] - mains[j][None, :]
+        out[(i, j)] = float(np.einsum("ab,a,b->", pair ** 2, w, w) / var)
+    return out

@@ -10,12 +10,18 @@ import numpy as np
 import pytest
 from synthetic import (
     FREEZE_CENTRES,
+    ISHIGAMI_RANGE,
+    ISHIGAMI_S2,
     LAW_SPACE,
     UNIT_SPACE,
     categorical_study,
     coupling_study,
     frame,
+    g_exact,
+    g_function,
+    ishigami,
     moderate_study,
+    pair_shares,
     power_law_study,
     with_unsettled_runs,
 )
@@ -145,6 +151,48 @@ def test_front_probability_reflects_the_noise():
     p = dict(zip([0, 1, 2, 3, 5], front_probability(df, [0, 1, 2, 3, 5])))
     assert p[2] > 0.99 and p[5] > 0.99  # far apart: certain
     assert 0.3 < p[0] < 0.9  # 0.001 better than #1 at more memory: within noise
+
+
+def test_the_analysis_quadrature_gives_published_interaction_shares_within_a_tenth_of_the_line():
+    """The variance over the space is taken on the analysis's quadrature (common.gp.quadrature):
+    with the true function in place of the surrogate, every pair's share of Ishigami and of
+    Sobol's G lies within 0.005 (a tenth of the 5% line) of its published value. The 12 equally
+    weighted midpoints it replaced put Ishigami's S13 at 0.227 against 0.2437."""
+    from common.gp import quadrature
+
+    nodes, weights = quadrature(None)
+    assert weights.sum() == pytest.approx(1.0)
+    for f, (lo, hi), published in ((ishigami, ISHIGAMI_RANGE, ISHIGAMI_S2), (g_function, (0.0, 1.0), g_exact())):
+        shares = pair_shares(f, lo, hi, nodes[:, 0], weights)
+        for pair, truth in published.items():
+            assert abs(shares[pair] - truth) < 0.005, (f.__name__, pair, shares[pair], truth)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [30, 60, 100])
+def test_on_a_noise_free_smooth_function_the_interval_holds_the_published_share(n):
+    """Ishigami (S13 = 0.2437, S12 = S23 = 0), no noise, 10 seeded random designs per size: the
+    95% interval of S13 holds it in most studies and misses it, where it does, by less than 0.01
+    (a fifth of the 5% line); the zero pairs are never called coupled. Measured (benchmarks/
+    side_by_side.py): 8, 10 and 7 of 10 at 30, 60 and 100 trials, every miss within 0.007 (the
+    surrogate's edges: a stationary kernel flattens x3^4 where the trials thin out)."""
+    covered, misses = 0, []
+    for s in range(10):
+        rng = np.random.default_rng(s)
+        u = rng.random((n, 3))
+        lo, hi = ISHIGAMI_RANGE
+        y = ishigami(*(lo + (hi - lo) * u).T)
+        df = frame({k: u[:, i] for i, k in enumerate(("x1", "x2", "x3"))}, y)
+        out = {frozenset((c.param_a, c.param_b)): c
+               for c in coupling_analysis(df, {k: {"low": 0.0, "high": 1.0} for k in ("x1", "x2", "x3")}, seed=s)}
+        c13 = out[frozenset(("x1", "x3"))]
+        truth = ISHIGAMI_S2[(0, 2)]
+        covered += c13.ci_low <= truth <= c13.ci_high
+        misses += [max(c13.ci_low - truth, truth - c13.ci_high, 0.0)]
+        assert not out[frozenset(("x1", "x2"))].verdict().startswith("coupled"), s
+        assert not out[frozenset(("x2", "x3"))].verdict().startswith("coupled"), s
+    assert covered >= 7, (covered, misses)
+    assert max(misses) < 0.01, misses
 
 
 def _verdicts(out):
