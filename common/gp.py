@@ -439,7 +439,7 @@ class BayesGP:
         dist = [(_sqdist(xs[:, c], xs[:, c]), _sqdist(points[:, c], xs[:, c]), _sqdist(xs[:, c], self.grid[g]),
                  _sqdist(points[:, c], self.grid[g])) for g, c in enumerate(self.groups)]
         out = np.zeros(len(points))
-        weights = {comp: self.component_weights(tuple(comp)) for comp in comps}
+        weights = {tuple(comp): self.component_weights(tuple(comp)) for comp in comps}
         for h in self.hypers:
             kx, kp, dp, kgp, kgx = [], [], [], [], []
             for g, (xx, px, xq, pq) in enumerate(dist):
@@ -475,5 +475,5 @@ class BayesGP:
                 prior = var * _grid_rows([kgp[g] for g in comp])
                 cross = var * _grid_rows([kgx[g] for g in comp])
                 cov = prior - cross @ a  # (grid points, candidates): the posterior covariance
-                out += weights[comp] @ (cov * cov) / vy / total
+                out += weights[tuple(comp)] @ (cov * cov) / vy / total
         return out / max(len(self.hypers), 1)
