@@ -9,8 +9,8 @@ leans towards additive fits at small N, and that lean was read as "no sign of co
 1. the kernel is a second-order *orthogonal* additive one (functional ANOVA; Duvenaud et al.
    2011, Lu et al. 2022): k = c + sum_i s_i^2 k~_i + sum_{i<j} s_ij^2 k~_i k~_j, where each k~_i
    is a Matern 5/2 on knob i alone, centred to integrate to zero over the knob's range (uniform,
-   by Gauss-Legendre quadrature; a categorical knob's levels equally weighted). Its components are then
-   the ANOVA terms themselves: the variance of the (i, j) component over the space *is* the
+   by Gauss-Legendre quadrature; a categorical knob's levels equally weighted). Its components
+   are then the ANOVA terms themselves: the variance of the (i, j) component over the space *is* the
    pair's pure interaction, and each pair has an interaction variance s_ij^2 of its own, under
    a wide prior centred on the coupled line, so the trials, not the kernel's form, say whether
    a pair interacts;
@@ -100,8 +100,8 @@ def _grid_moments(dqq: np.ndarray, s: np.ndarray, w: np.ndarray) -> tuple[np.nda
 def _centre(k: np.ndarray, m1: np.ndarray, m2: np.ndarray, kqq: float, v: float) -> np.ndarray:
     """A knob's centred kernel k~(p1, p2) = (k(p1, p2) - m1(p1) m2(p2) / kqq) / v from its kernel k
     between two sets of points, each set's mean kernel to the grid (m(p) = mean_q k(p, q), the
-    mean under the grid's weights), the grid's mean kernel kqq = mean_qq k(q, q') and v, the centred kernel's mean variance over the
-    grid (_grid_moments). v makes a component's variance over the space its own hyperparameter
+    mean under the grid's weights), the grid's mean kernel kqq = mean_qq k(q, q') and v, the
+    centred kernel's mean variance over the grid (_grid_moments). v makes a component's variance over the space its own hyperparameter
     whatever its smoothness (a smooth centred draw varies little: without v, long length scales
     would shrink every interaction and the prior on a pair's share would lean towards "no
     sign")."""
