@@ -575,9 +575,11 @@ def fit_power_law(ok: pd.DataFrame, x: str, y: str, *, params: Mapping[str, Mapp
     alphas = np.array([f[0] for f in per_draw if f is not None])
     if fit is None or len(alphas) < 0.6 * len(per_draw):
         inside = int(np.isfinite(central).sum())
-        return replace(nan, note=f"the best {y} lies inside its range at {inside} of {int(cover.sum())} values of {x} "
-                                 f"({len(ok)} usable trials; {LAW_MIN_POINTS} needed for a law): widen the range of "
-                                 f"{y}, or run more trials")
+        share = len(alphas) / max(len(per_draw), 1)
+        return replace(nan, note=f"the best {y} lies inside its range at {inside} of {int(cover.sum())} values of {x}, "
+                                 f"and at {LAW_MIN_POINTS} or more in {share:.0%} of the surrogate's draws ({len(ok)} "
+                                 f"usable trials; a law needs {LAW_MIN_POINTS} values on the posterior mean and in 60% "
+                                 f"of the draws): widen the range of {y}, or run more trials")
     slope = float(np.median(alphas))
     lo, hi = (float(v) for v in np.percentile(alphas, [2.5, 97.5]))
     keep = np.isfinite(central)
