@@ -105,22 +105,29 @@ def _same(a, b) -> bool:
     return a == b
 
 
-def pinned_figures(case: str, tmp: Path, env: dict | None = None) -> dict:
-    """`_figures` of one case in a child process with the kernels pinned (PINNED)."""
+def pinned_figures(cases: list[str], tmp: Path, env: dict | None = None) -> dict:
+    """`_figures` of each case, {case: figures}, in one child process with the kernels pinned
+    (PINNED): one start and one model load for all of them."""
     import os
     import subprocess
 
-    out = tmp / f"{case}.json"
-    subprocess.run([sys.executable, __file__, "--case", case, str(out)], check=True, cwd=ROOT,
+    out = tmp / "figures.json"
+    subprocess.run([sys.executable, __file__, "--cases", ",".join(cases), str(out)], check=True, cwd=ROOT,
                    env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
                         **PINNED, **(env or {})})
     return json.loads(out.read_text())
 
 
+@pytest.fixture(scope="module")
+def pinned(tmp_path_factory) -> dict:
+    return pinned_figures(list(CASES), tmp_path_factory.mktemp("seeded"))
+
+
+@pytest.mark.xdist_group("seeded_trial")  # the three cases come from one child process
 @pytest.mark.parametrize("case", list(CASES))
-def test_a_seeded_trial_is_bit_identical(case, tmp_path):
+def test_a_seeded_trial_is_bit_identical(case, pinned):
     want = json.loads(GOLDEN.read_text())[case]
-    got = pinned_figures(case, tmp_path)
+    got = pinned[case]
     for part in want:
         assert _same(got[part], want[part]), f"{case}: {part} differs from seeded_trial.json"
     assert got["result"]["val_loss"] < got["result"]["val_loss_init"]
@@ -142,15 +149,15 @@ def test_the_knobs_record_names_every_parameter_once():
         knobs.lr = 1.0
 
 
-if __name__ == "__main__" and sys.argv[1:2] == ["--case"]:  # the child of pinned_figures
+if __name__ == "__main__" and sys.argv[1:2] == ["--cases"]:  # the child of pinned_figures
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        Path(sys.argv[3]).write_text(json.dumps(_figures(sys.argv[2], Path(tmp))))
+        Path(sys.argv[3]).write_text(json.dumps({c: _figures(c, Path(tmp)) for c in sys.argv[2].split(",")}))
 
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        GOLDEN.write_text(json.dumps({c: pinned_figures(c, Path(tmp)) for c in CASES}, indent=1) + "\n")
+        GOLDEN.write_text(json.dumps(pinned_figures(list(CASES), Path(tmp)), indent=1) + "\n")
     print(f"wrote {GOLDEN}")
