@@ -28,8 +28,9 @@ PENDING_DIR = "pending_mlflow"
 
 # the child's state: its tracker (a SafeTracker) and where pending records go
 _state: dict[str, Any] = {}
-# in the driver: a finished run's logging process, alive and idle, for the next run to take
-_idle: list[ProcessPoolExecutor] = []
+# in the driver: a finished run's logging process, alive and idle, for the next run to take, with
+# the pid of the process that made it (a forked child has its parent's list, not its threads)
+_idle: list[tuple[int, ProcessPoolExecutor]] = []
 _idle_lock = threading.Lock()
 READY_TIMEOUT = 10.0  # seconds an idle logging process has to answer before a new one is started
 
@@ -181,7 +182,7 @@ class MlflowLane:
         if pool is not None:
             if alive:  # the queue is drained: the process waits, idle, for this process's next run
                 with _idle_lock:
-                    _idle.append(pool)
+                    _idle.append((os.getpid(), pool))
             else:
                 pool.shutdown(wait=False)
         return self.error or err
@@ -198,9 +199,11 @@ def _take_idle() -> ProcessPoolExecutor | None:
     concurrent.futures stops an idle one at exit)."""
     while True:
         with _idle_lock:
+            while _idle and _idle[-1][0] != os.getpid():  # made before a fork: not this process's
+                _idle.pop()
             if not _idle:
                 return None
-            pool = _idle.pop()
+            pool = _idle.pop()[1]
         try:
             pool.submit(_ready).result(timeout=READY_TIMEOUT)
             return pool

@@ -59,3 +59,16 @@ def test_a_logging_process_that_died_idle_is_replaced(tmp_path, monkeypatch):
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     exp = client.get_experiment_by_name("two")
     assert [r.data.metrics["val_loss"] for r in client.search_runs([exp.experiment_id])] == [2.0]
+
+
+def test_a_forked_child_does_not_take_its_parents_logging_process(monkeypatch):
+    """After os.fork the child holds its parent's idle list but not the threads that drive those
+    processes: a submit there would wait out the ready timeout. It starts its own instead."""
+    from sweeps import _lane
+
+    class ParentsProcess:
+        def submit(self, *args):
+            raise AssertionError("the forked child used its parent's logging process")
+
+    monkeypatch.setattr(_lane, "_idle", [(os.getpid() + 1, ParentsProcess())])
+    assert _lane._take_idle() is None and _lane._idle == []
