@@ -99,12 +99,12 @@ def _grid_moments(dqq: np.ndarray, s: np.ndarray, w: np.ndarray) -> tuple[np.nda
 
 def _centre(k: np.ndarray, m1: np.ndarray, m2: np.ndarray, kqq: float, v: float) -> np.ndarray:
     """A knob's centred kernel k~(p1, p2) = (k(p1, p2) - m1(p1) m2(p2) / kqq) / v from its kernel k
-    between two sets of points, each set's mean kernel to the grid (m(p) = mean_q k(p, q), the
-    mean under the grid's weights), the grid's mean kernel kqq = mean_qq k(q, q') and v, the
-    centred kernel's mean variance over the grid (_grid_moments). v makes a component's variance over the space its own hyperparameter
-    whatever its smoothness (a smooth centred draw varies little: without v, long length scales
-    would shrink every interaction and the prior on a pair's share would lean towards "no
-    sign")."""
+    between two sets of points, each set's mean kernel to the grid (m(p) = mean_q k(p, q), the mean
+    under the grid's weights), the grid's mean kernel kqq = mean_qq k(q, q') and v, the centred
+    kernel's mean variance over the grid (_grid_moments). v makes a component's variance over the
+    space its own hyperparameter whatever its smoothness (a smooth centred draw varies little:
+    without v, long length scales would shrink every interaction and the prior on a pair's share
+    would lean towards "no sign")."""
     return (k - np.outer(m1, m2) / kqq) / v
 
 

@@ -269,10 +269,10 @@ class CouplingSampler(BaseSampler):
     def _within_budget(self, study: Any, cand: np.ndarray, space: dict[str, Any], groups: list[list[int]],
                        width: int, metrics: list[str]) -> np.ndarray:
         """With a memory budget (--max-mem-mb), the candidates whose predicted peak memory fits it
-        (all of them when none is predicted to). The prediction: a ridge fit of log peak memory
-        on the design (and its squares, given enough trials) over the trials that measured it
-        (finished ones, and the peak a stopped one reached), plus its largest leave-one-out residual, so that a config
-        near one that did not fit is not proposed."""
+        (all of them when none is predicted to). The prediction: a ridge fit of log peak memory on
+        the design (and its squares, given enough trials) over the trials that measured it
+        (finished ones, and the peak a stopped one reached), plus its largest leave-one-out
+        residual, so that a config near one that did not fit is not proposed."""
         from optuna.trial import TrialState
 
         from common.attrs import MAX_MEM, PEAK_MEM_SEEN
