@@ -185,6 +185,16 @@ class BayesGP:
                         SQRT5 * np.sqrt(np.stack([self._dxq[g] for g in gs])), SQRT5 * np.sqrt(self._dqq[gs[0]]),
                         self.weights[gs[0]])
                        for gs in same.values()]
+        # the likelihood reads a kernel's lower triangle alone (LAPACK's Cholesky with uplo L):
+        # its cells i >= j, computed as a flat vector, are half the work of the whole matrix
+        n = len(self.x)
+        self._low = np.tril_indices(n)
+        self._low_diag = np.flatnonzero(self._low[0] == self._low[1])
+        self._low_roots = [(gs, [r[self._low] for r in rxx], rxq, rqq, w) for gs, rxx, rxq, rqq, w in self._roots]
+        self._low_same = None if self._same is None else self._same[self._low]
+        # where each cell goes in an (n, n) array whose transpose (Fortran order) holds it in its
+        # lower triangle: what dpotrf reads without a copy
+        self._low_to_f = self._low[1] * n + self._low[0]
         self.last: list[np.ndarray] = []  # each chain's last state (log hyperparameters): a later start
         self.hypers = self._sample_hypers(n_hyper, burn, thin, chains, start)
 
@@ -209,12 +219,13 @@ class BayesGP:
         _centre of the trials' kernel and means, to rounding."""
         return [k[0] for k in self._knob_kernels(h.ls[None])]
 
-    def _knob_kernels(self, ls: np.ndarray) -> list[np.ndarray]:
+    def _knob_kernels(self, ls: np.ndarray, lower: bool = False) -> list[np.ndarray]:
         """Each knob's centred kernel between the trials, (rows of `ls`, trials, trials), for each
         row of length scales `ls` (rows, knobs): the knobs of one grid at once, from the distances'
-        roots; the (trials, trials) terms one knob at a time, so that they stay in cache."""
+        roots; the (trials, trials) terms one knob at a time, so that they stay in cache. `lower`:
+        the lower triangle's cells alone, (rows, cells), in `_low`'s order: the same values."""
         out: list[np.ndarray] = [np.empty(0)] * len(self.groups)
-        for gs, rxx, rxq, rqq, w in self._roots:
+        for gs, rxx, rxq, rqq, w in self._low_roots if lower else self._roots:
             inv = 1.0 / ls[:, gs]  # (rows, knobs)
             kq = _m52t(rqq * inv[:, :, None, None])  # (rows, knobs, grid, grid)
             mq = kq @ w
@@ -222,9 +233,14 @@ class BayesGP:
             v = np.maximum((np.diagonal(kq, axis1=2, axis2=3) - mq * mq / kqq[..., None]) @ w, 1e-9)
             m1 = (_m52t(rxq * inv[:, :, None, None]) @ w) / np.sqrt(kqq)[..., None]  # (rows, knobs, trials)
             for k, g in enumerate(gs):
-                kg = _m52t(rxx[k] * inv[:, k, None, None])
-                kg -= m1[:, k, :, None] * m1[:, k, None, :]
-                kg /= v[:, k, None, None]
+                if lower:
+                    kg = _m52t(rxx[k] * inv[:, k, None])
+                    kg -= np.take(m1[:, k], self._low[0], axis=1) * np.take(m1[:, k], self._low[1], axis=1)
+                    kg /= v[:, k, None]
+                else:
+                    kg = _m52t(rxx[k] * inv[:, k, None, None])
+                    kg -= m1[:, k, :, None] * m1[:, k, None, :]
+                    kg /= v[:, k, None, None]
                 out[g] = kg
         return out
 
@@ -273,25 +289,27 @@ class BayesGP:
         one likelihood each per round, so that numpy's per-call cost is paid once per round, not
         once per chain. -inf where the kernel is not positive definite."""
         n = len(self.x)
-        step = max(1, BATCH_CELLS // (n * n))
+        step = max(1, BATCH_CELLS // len(self._low[0]))
         if len(thetas) > step:  # large kernels: a few at a time stay in cache
             return np.concatenate([self._loglik_many(thetas[i:i + step]) for i in range(0, len(thetas), step)])
         m, g, p = len(thetas), len(self.groups), len(self.pairs)
         e = np.exp(thetas)
         ls, main, pair = e[:, :g], e[:, g:2 * g], e[:, 2 * g:2 * g + p]
         noise, const = e[:, 2 * g + p], e[:, 2 * g + p + 1]
-        ks = self._knob_kernels(ls)
-        kxx = const[:, None, None] + main[:, 0, None, None] * ks[0]
+        ks = self._knob_kernels(ls, lower=True)  # (rows, cells): each kernel's lower triangle
+        low = const[:, None] + main[:, 0, None] * ks[0]
         for gi in range(1, g):
-            kxx += main[:, gi, None, None] * ks[gi]
+            low += main[:, gi, None] * ks[gi]
         for q, (i, j) in enumerate(self.pairs):
-            kxx += pair[:, q, None, None] * (ks[i] * ks[j])
-        kxx[:, np.arange(n), np.arange(n)] += noise[:, None] + self.known + JITTER
-        if self._same is not None:
-            kxx += e[:, 2 * g + p + 2, None, None] * self._same
+            low += pair[:, q, None] * (ks[i] * ks[j])
+        low[:, self._low_diag] += noise[:, None] + self.known + JITTER
+        if self._low_same is not None:
+            low += e[:, 2 * g + p + 2, None] * self._low_same
+        kxx = np.empty((m, n, n))  # row c's kernel: kxx[c].T, its lower triangle (the rest unread)
+        kxx.reshape(m, n * n)[:, self._low_to_f] = low
         out = np.full(m, -math.inf)
         for c in range(m):  # LAPACK directly: numpy's batched wrappers raise for all on one failure
-            chol, info = dpotrf(kxx[c], lower=1, clean=0, overwrite_a=1)
+            chol, info = dpotrf(kxx[c].T, lower=1, clean=0, overwrite_a=1)
             if info != 0:
                 continue
             alpha, info = dtrtrs(chol, self.y, lower=1)
