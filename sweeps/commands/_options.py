@@ -72,6 +72,20 @@ def default_tracking(workdir: Path) -> str:
     return f"sqlite:///{(workdir / 'mlflow.db').resolve()}"
 
 
+def absolute_sqlite(url: str) -> str:
+    """A sqlite URL's relative (or ~) database path made absolute against the folder the command
+    runs in: what the user means by it, and what stays true in a process that runs commands from
+    several folders (MLflow keeps one tracking store per URI string in a process, and the same
+    relative URI from a second folder went to the first folder's database). Other URLs unchanged."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix):
+        return url
+    path, sep, query = url[len(prefix):].partition("?")
+    if not path or path == ":memory:" or path.startswith("/"):
+        return url
+    return f"{prefix}{Path(path).expanduser().resolve()}{sep}{query}"
+
+
 def artifact_root_for(tracking: str, workdir: Path) -> Path | None:
     """Artifacts beside a database-backed tracking store; a tracking server decides its own."""
     return None if tracking.startswith(("http://", "https://", "databricks")) else workdir / "mlartifacts"
@@ -133,6 +147,7 @@ def open_existing(a: argparse.Namespace, name: str | None = None) -> tuple[Path,
     storage = a.storage or default_storage(workdir)
     if a.storage:
         check_storage_url(storage)
+        storage = absolute_sqlite(storage)
     elif not (workdir / "optuna.db").is_file():
         raise UsageError(f"study {name!r}: no storage at {workdir / 'optuna.db'} (wrong --workdir?)")
     from .._study import existing_directions, make_storage
@@ -153,7 +168,7 @@ def tracking_of(a: argparse.Namespace, study: Any, workdir: Path) -> str:
     from common import attrs as A
 
     if a.tracking_uri:
-        return a.tracking_uri
+        return absolute_sqlite(a.tracking_uri)
     stored = study.user_attrs.get(A.SETTINGS, {}).get("tracking_uri") or ""
     return stored if stored and "***" not in stored else default_tracking(workdir)
 

@@ -13,6 +13,7 @@ from .._samplers import SAMPLERS, check_sampler, sampler_spec
 from .._study import OBJECTIVES
 from ._options import (
     UsageError,
+    absolute_sqlite,
     add_store_options,
     artifact_root_for,
     check_ray_address,
@@ -212,6 +213,7 @@ def run_config(a: argparse.Namespace) -> Any:
         check_storage_url(storage)
     tracking = a.tracking_uri or default_tracking(workdir)
     check_tracking_uri(tracking)
+    storage, tracking = absolute_sqlite(storage), absolute_sqlite(tracking)
     return RunConfig(
         space=space, study_name=a.study or space.name, trials=a.trials or space.trials or DEFAULT_TRIALS,
         workers=a.workers, workdir=workdir, storage=storage, tracking_uri=tracking,

@@ -397,3 +397,33 @@ def test_sweeps_run_one_after_another_in_one_process_each_use_their_own_plug_in(
         study, _ = load(project)
         assert [t.state.name for t in study.trials] == ["COMPLETE"] * 2
         assert all(offset <= t.values[0] <= offset + 1 for t in study.trials), [t.values for t in study.trials]
+
+
+def test_relative_storage_and_tracking_urls_are_the_folder_each_command_runs_in(tmp_path, monkeypatch, capsys):
+    """`--storage sqlite:///optuna.db --tracking-uri sqlite:///mlflow.db`, as from a notebook that
+    runs one sweep per folder: each sweep's trials and runs land in the databases of the folder it
+    ran in (MLflow keeps one store per URI string in a process: a relative one once pointed every
+    later sweep at the first folder's database), and `csweep report` there reads them."""
+    from helpers import in_process
+
+    relative = ("--storage", "sqlite:///optuna.db", "--tracking-uri", "sqlite:///mlflow.db")
+    for name in ("first", "second"):
+        project = tmp_path / name
+        project.mkdir()
+        (project / "userobj.py").write_text("def objective(params):\n    return {'val_loss': params['x'], 'peak_mem_mb': 1.0}\n")
+        (project / "space.yaml").write_text(
+            f"name: {name}\nobjective: userobj:objective\nparams:\n  x: {{type: float, low: 0.0, high: 1.0}}\n")
+        run = in_process(project, monkeypatch, capsys)
+        res = run("run", "space.yaml", "--trials", "2", "--no-progress", *relative)
+        assert res.returncode == 0, res.stderr
+        assert run("report", name, *relative).returncode == 0
+    for name, other in (("first", "second"), ("second", "first")):
+        project = tmp_path / name
+        study = optuna.load_study(study_name=name, storage=f"sqlite:///{project / 'optuna.db'}")
+        assert [t.state.name for t in study.trials] == ["COMPLETE"] * 2
+        assert other not in optuna.get_all_study_names(f"sqlite:///{project / 'optuna.db'}")
+        client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
+        exp = client.get_experiment_by_name(name)
+        assert exp is not None and client.get_experiment_by_name(other) is None
+        assert len(client.search_runs([exp.experiment_id])) == 3  # the parent and its two trials
+        assert (project / "csweep_runs" / "reports" / name / "trials.csv").is_file()
