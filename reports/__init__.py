@@ -3,12 +3,10 @@ study's storage. Never imports torch."""
 
 from __future__ import annotations
 
-from ._analysis import (
-    Coupling,
-    LawFit,
+from ._analysis import Coupling, coupling_analysis
+from ._front import (
     NoiseFloor,
-    coupling_analysis,
-    fit_power_law,
+    Objectives,
     front_probability,
     hypervolume,
     hypervolume_history,
@@ -16,6 +14,7 @@ from ._analysis import (
     pareto_mask,
     reference_point,
 )
+from ._laws import LawFit, fit_power_law
 from ._report import REFERENCE_RULE, analyse, data_mismatch, decision_looks, write_comparison, write_study_report
 from ._stability import StabilityResult, stability_analysis, stability_runs
 from ._tables import categorical_params, converged, numeric_params, pareto_frame, stability_runs_of, trials_frame, usable
@@ -26,6 +25,7 @@ __all__ = [
     "Coupling",
     "LawFit",
     "NoiseFloor",
+    "Objectives",
     "REFERENCE_RULE",
     "StabilityResult",
     "categorical_params",

@@ -70,7 +70,8 @@ def render_page(rep: Any, *, images: Mapping[str, Path], figure: Any, tracking_u
         conclusions += ("<li class='pairs'>Per pair, why to choose the knobs together:<table class='csweep-table'>"
                         "<tr><th>pair</th><th>loss (runs that converged)</th><th>boundary (where runs break)</th>"
                         f"<th>choose</th></tr>{because}</table></li>")
-    from ._analysis import coupling_frame, scaling_frame
+    from ._analysis import coupling_frame
+    from ._laws import scaling_frame
     from ._stability import MOVED_ABOVE, stability_frame
 
     parts = [

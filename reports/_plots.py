@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ._analysis import LawFit, Objectives
+from ._front import Objectives
+from ._laws import LawFit
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf")
 
@@ -40,7 +41,7 @@ def _save(fig: Any, ax: Any, path: Path, *, title: str, legend: int | None = 8, 
 
 def _sem95(rows: pd.DataFrame) -> np.ndarray | None:
     """1.96 x each trial's sem of val_loss (its replicates', or the noise floor's), None if unmeasured."""
-    from ._analysis import trial_sems
+    from ._front import trial_sems
 
     if "val_loss_sem" not in rows.columns or not len(rows):
         return None

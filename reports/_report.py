@@ -13,21 +13,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ._analysis import (
-    COUPLED_ABOVE,
-    Objectives,
-    coupling_analysis,
-    coupling_frame,
-    coupling_min_trials,
-    fit_power_law,
-    fit_surrogate,
-    noise_floor,
-    hypervolume,
-    hypervolume_history,
-    reference_point,
-    scaling_frame,
-)
+from ._analysis import COUPLED_ABOVE, coupling_analysis, coupling_frame, coupling_min_trials, fit_surrogate
+from ._front import Objectives, hypervolume, hypervolume_history, noise_floor, reference_point
 from ._gallery import gallery_html, hover_script
+from ._laws import fit_power_law, scaling_frame
 from ._page import render_page
 from ._plots import (
     front_figure,

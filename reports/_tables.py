@@ -13,7 +13,7 @@ import pandas as pd
 from common import attrs as A
 from common.runs import UNSETTLED, health_of
 
-from ._analysis import OBJECTIVES, Objectives
+from ._front import OBJECTIVES, Objectives
 
 FIXED_COLUMNS = ("trial", "state", "val_loss", "peak_mem_mb", "mlflow_run_id")
 NOISE_COLUMNS = ("n_seeds", "val_loss_std", "val_loss_sem")
@@ -242,7 +242,7 @@ def pareto_frame(study: Any, trials: pd.DataFrame) -> pd.DataFrame:
     """The non-dominated usable trials over the study's objectives (Optuna's own Pareto
     routine), with `p_front`: the probability that the trial is non-dominated under the
     measured seed noise."""
-    from ._analysis import front_probability, noise_floor, pareto_mask
+    from ._front import front_probability, noise_floor, pareto_mask
 
     objectives = Objectives.of(study)
     ok = usable(trials)
@@ -260,7 +260,7 @@ def rerun_outcomes(trials: pd.DataFrame, objectives: Objectives) -> tuple[list[d
     under fresh seeds (the usable trials with every re-trained original replaced by its re-run, so
     that a lucky original does not dominate its own re-run). Returns (those rows, the trials the
     front under fresh seeds rests on); ([], []) when nothing was re-run."""
-    from ._analysis import pareto_mask
+    from ._front import pareto_mask
 
     if "rerun_of" not in trials.columns or not trials["rerun_of"].notna().any():
         return [], []

@@ -85,7 +85,7 @@ def cmd_rerun_front(a: argparse.Namespace) -> int:
 def front_held(study: Any) -> str:
     """Per re-trained config: held or not under its fresh seeds, and the trials the front now rests on."""
     from reports import trials_frame
-    from reports._analysis import Objectives
+    from reports import Objectives
     from reports._tables import rerun_outcomes, rerun_sentence
 
     rows, rests_on = rerun_outcomes(trials_frame(study), Objectives.of(study))

@@ -278,7 +278,7 @@ def brute_hypervolume_3(pts, ref) -> float:
 
 
 def _three():
-    from reports._analysis import Objectives
+    from reports import Objectives
 
     return Objectives(("val_loss", "peak_mem_mb", "fidelity"), ("minimize", "minimize", "maximize"))
 
@@ -448,7 +448,7 @@ def test_a_rerun_front_says_which_configs_held_under_fresh_seeds():
     another config's is 'did not hold'; the front now rests on the re-runs and the untouched."""
     import pandas as pd
 
-    from reports._analysis import Objectives
+    from reports import Objectives
     from reports._tables import rerun_outcomes, rerun_sentence
 
     rows = [  # trial, val_loss, peak_mem_mb, rerun_of
@@ -476,7 +476,7 @@ def test_the_pairs_the_conclusions_talk_about_get_their_pictures():
     about, and the strongest open ones are all drawn."""
     from types import SimpleNamespace
 
-    from reports._analysis import Coupling
+    from reports import Coupling
     from reports._report import _declared_pairs
 
     study = SimpleNamespace(user_attrs={"space": {"hypotheses": [{"x": "lr", "y": "init_std"}]}})
