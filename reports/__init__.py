@@ -15,8 +15,9 @@ from ._front import (
     reference_point,
 )
 from ._laws import LawFit, fit_power_law
-from ._report import REFERENCE_RULE, analyse, data_mismatch, decision_looks, write_comparison, write_study_report
+from ._report import data_mismatch, write_comparison, write_study_report
 from ._stability import StabilityResult, stability_analysis, stability_runs
+from ._summary import REFERENCE_RULE, StudyReport, analyse, decision_looks
 from ._tables import categorical_params, converged, numeric_params, pareto_frame, stability_runs_of, trials_frame, usable
 
 write_report = write_study_report  # every report file of one study into a folder
@@ -28,6 +29,7 @@ __all__ = [
     "Objectives",
     "REFERENCE_RULE",
     "StabilityResult",
+    "StudyReport",
     "categorical_params",
     "numeric_params",
     "stability_analysis",
