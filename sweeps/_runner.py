@@ -17,13 +17,13 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from collections.abc import Mapping
 from typing import Any
 
 from common import attrs as A
-from common.attrs import is_replaced
 from ._driver import Driver, Outcome
-from ._packing import Packing, gpu_share
+from ._packing import gpu_share
+from ._resources import _gpus_for, cpus_per_trial, gpu_plan, packing_for, workers_that_fit
+from ._resume import counted_trials
 from ._lane import PENDING_DIR, MlflowLane, PendingLog
 from ._settings import RunConfig
 from ._samplers import make_sampler, sampler_spec
@@ -32,8 +32,7 @@ from ._result import TrialResult
 from ._tracking import SAMPLES_DIR, SafeTracker, redact
 from ._workers import RayPool, in_ray_job, runtime_env, start_ray
 
-__all__ = ["Outcome", "RunConfig", "run_sweep", "prepare_resume", "write_study_reports", "counted_trials",
-           "fresh_seed_offset", "unfinished_reruns"]
+__all__ = ["Outcome", "RunConfig", "run_sweep", "write_study_reports"]
 
 
 def quiet() -> None:
@@ -46,33 +45,6 @@ def quiet() -> None:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     for name in ("mlflow", "alembic", "ray", "urllib3"):
         logging.getLogger(name).setLevel(logging.ERROR)
-
-
-def counted_trials(study: Any) -> int:
-    """Trials that count toward the requested total: all but those replaced by a re-run and those
-    enqueued and never started (WAITING: the next asks pop them)."""
-    from optuna.trial import TrialState
-
-    return sum(1 for t in study.trials if not is_replaced(study, t) and t.state != TrialState.WAITING)
-
-
-def cpus_per_trial(cfg: RunConfig) -> float:
-    """--cpus-per-trial, else the trials in flight share the machine's (or cluster's) CPUs."""
-    if cfg.cpus_per_trial is not None:
-        return cfg.cpus_per_trial
-    if cfg.ray_address is None and not in_ray_job():
-        return max(1.0, float((os.cpu_count() or 1) // cfg.workers))
-    import ray
-
-    return max(1.0, float(int(ray.cluster_resources().get("CPU", 1)) // cfg.workers))
-
-
-def _gpus_for(cfg: RunConfig) -> float:
-    if cfg.gpus_per_trial is not None:
-        return cfg.gpus_per_trial
-    import ray
-
-    return 1.0 if ray.cluster_resources().get("GPU", 0) >= 1 else 0.0
 
 
 def seeds_phrase(cfg: RunConfig) -> str:
@@ -160,13 +132,47 @@ def _open_study_and_mlflow(cfg: RunConfig, lane: MlflowLane) -> tuple[Any, SafeT
 
 
 def run_sweep(cfg: RunConfig) -> Outcome:
-    import ray
-
     quiet()
+    study, mlflow, parent, log = _start(cfg)
+    pool, packing = _workers(cfg, study)
+    planned = planned_trials(cfg, study)
+    bar = _progress(cfg, planned)
+    stop = threading.Event()
+    driver = Driver(
+        study, pool, log, trials=planned, fixed=cfg.fixed, distributions=cfg.space.distributions(),
+        seeds=cfg.seeds, seed_offset=cfg.seed_offset, max_mem_mb=cfg.max_mem_mb, max_retries=cfg.max_retries,
+        max_fail_share=cfg.max_fail_share, enqueue=cfg.enqueue, enqueue_attrs=cfg.enqueue_attrs, stop=stop,
+        objectives=cfg.objectives,
+        on_progress=(lambda o, flight: _update(bar, study, o, flight, cfg.seeds)) if bar is not None else None,
+        on_result=lambda number, result: keep_samples(samples_dir(cfg.workdir, cfg.study_name), number, result),
+        should_stop=(lambda: decided_line(study, cfg)) if cfg.until_decisive else None,
+        seed_plan=study.sampler.seeds_for if cfg.seed_plan == "design" else None, packing=packing,
+    )
+    previous = _catch_signals(driver, stop)
+    pool.wait_ready()
+    try:
+        try:
+            outcome = driver.run()
+        finally:
+            if bar is not None:
+                bar.close()
+            pool.close()
+            lane_error = log.close()
+            if lane_error:
+                mlflow.error = mlflow.error or lane_error
+        _end_run(cfg, study, mlflow, parent, outcome)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return outcome
+
+
+def _start(cfg: RunConfig) -> tuple[Any, SafeTracker, str, Any]:
+    """The study, MLflow's side (its import, the store's schema, the parent run, the logging
+    process) and Ray: the study and MLflow are set up in a thread while this one starts Ray (and
+    loads the built-in model), so that the start-ups overlap instead of adding up (a study of
+    another kind is refused by the command line before this)."""
     cluster = cfg.ray_address is not None or in_ray_job()
-    # the study and MLflow's side (its import, the store's schema, the parent run, the logging
-    # process) are set up in a thread while this one starts Ray: the start-ups overlap instead
-    # of adding up (a study of another kind is refused by the command line before this)
     lane = MlflowLane()  # the logging process starts first: its imports overlap all the rest
     with ThreadPoolExecutor(1, thread_name_prefix="csweep-setup") as ex:
         ready = ex.submit(_open_study_and_mlflow, cfg, lane)
@@ -186,7 +192,17 @@ def run_sweep(cfg: RunConfig) -> Outcome:
             except Exception:  # noqa: BLE001 - the first error is the one to report
                 pass
             raise
-        study, mlflow, parent, log = ready.result()
+        return ready.result()
+
+
+def _workers(cfg: RunConfig, study: Any) -> tuple[RayPool, Any]:
+    """The run's Ray actors (as many as the cluster holds of --workers), and the packing of
+    trials onto GPUs by memory where there are GPUs to pack (else None)."""
+    import ray
+
+    from objectives import get_objective
+
+    cluster = cfg.ray_address is not None or in_ray_job()
     cpus = cpus_per_trial(cfg)
     packed, gpus, card = gpu_plan(cfg)
     options = {"num_cpus": cpus, "num_gpus": gpu_share(cfg.workers, gpus) if packed else _gpus_for(cfg),
@@ -197,30 +213,19 @@ def run_sweep(cfg: RunConfig) -> Outcome:
         from ._workers import pack_folder
 
         data = ray.put(pack_folder(cfg.data))
-    from objectives import get_objective
-
     target = get_objective(cfg.objective).target
     workers = workers_that_fit(cfg.workers, cpus, options["num_gpus"], ray.cluster_resources())
     pool = RayPool(workers, options, target, cfg.builtin, cfg.model, data, cfg.health, cfg.samples, int(cpus),
                    () if cluster else (os.getcwd(),), cfg.score, rung_board(cfg, study))
-    packing = packing_for(cfg, pool, int(gpus), study, card) if packed else None
-    planned = planned_trials(cfg, study)
-    bar = _progress(cfg, planned)
-    stop = threading.Event()
-    driver = Driver(
-        study, pool, log, trials=planned, fixed=cfg.fixed, distributions=cfg.space.distributions(),
-        seeds=cfg.seeds, seed_offset=cfg.seed_offset, max_mem_mb=cfg.max_mem_mb, max_retries=cfg.max_retries,
-        max_fail_share=cfg.max_fail_share, enqueue=cfg.enqueue, enqueue_attrs=cfg.enqueue_attrs, stop=stop,
-        objectives=cfg.objectives,
-        on_progress=(lambda o, flight: _update(bar, study, o, flight, cfg.seeds)) if bar is not None else None,
-        on_result=lambda number, result: keep_samples(samples_dir(cfg.workdir, cfg.study_name), number, result),
-        should_stop=(lambda: decided_line(study, cfg)) if cfg.until_decisive else None,
-        seed_plan=study.sampler.seeds_for if cfg.seed_plan == "design" else None, packing=packing,
-    )
-    # Ctrl-C and SIGTERM (what Slurm's scancel, Kubernetes, `timeout` and supervisors send) set a
-    # flag that the loop reads between steps, so that it never lands between an ask and the
-    # submit, or between a result and its tell; installed after Ray's start, whose own SIGTERM
-    # handler prints a C-level stack and kills the driver with trials left RUNNING
+    return pool, packing_for(cfg, pool, int(gpus), study, card) if packed else None
+
+
+def _catch_signals(driver: Driver, stop: threading.Event) -> dict[Any, Any]:
+    """Ctrl-C and SIGTERM (what Slurm's scancel, Kubernetes, `timeout` and supervisors send) set a
+    flag that the loop reads between steps, so that it never lands between an ask and the
+    submit, or between a result and its tell; installed after Ray's start, whose own SIGTERM
+    handler prints a C-level stack and kills the driver with trials left RUNNING. Returns the
+    handlers they replaced."""
     def on_signal(signum: int, _frame: Any) -> None:
         driver.outcome.signal = driver.outcome.signal or signal.Signals(signum).name
         stop.set()
@@ -231,113 +236,7 @@ def run_sweep(cfg: RunConfig) -> Outcome:
             previous[sig] = signal.signal(sig, on_signal)
         except ValueError:  # not the main thread: Ctrl-C arrives as KeyboardInterrupt
             break
-    pool.wait_ready()
-    try:
-        try:
-            outcome = driver.run()
-        finally:
-            if bar is not None:
-                bar.close()
-            pool.close()
-            lane_error = log.close()
-            if lane_error:
-                mlflow.error = mlflow.error or lane_error
-        _end_run(cfg, study, mlflow, parent, outcome)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return outcome
-
-
-CUDA_CONTEXT_MB = 512.0  # what each worker process's CUDA context holds beyond its trial's tensors
-
-
-def workers_that_fit(workers: int, cpus: float, gpus: float, have: Mapping[str, float]) -> int:
-    """--workers, less those whose CPUs or GPU share (each worker's `cpus`, `gpus`) the cluster
-    (`have`: Ray's cluster resources) cannot give: they would wait forever. Says so on stderr."""
-    fit = workers
-    for need, name in ((cpus, "CPU"), (gpus, "GPU")):
-        if need > 0:
-            total = float(have.get(name, 0))
-            # GPU shares below one pack per GPU (Ray never splits a share across GPUs)
-            fit = min(fit, int(total) * int(1 / need + 1e-9) if name == "GPU" and need < 1 else int(total / need + 1e-9))
-    if fit >= workers:
-        return workers
-    print(f"--workers {workers}: the cluster's {float(have.get('CPU', 0)):g} CPU(s) and {float(have.get('GPU', 0)):g} "
-          f"GPU(s) hold {max(fit, 1)} workers of {cpus:g} CPU and {gpus:g} GPU each; running {max(fit, 1)}",
-          file=sys.stderr, flush=True)
-    return max(fit, 1)
-
-
-def gpu_plan(cfg: RunConfig) -> tuple[bool, float, tuple[float, bool]]:
-    """Whether trials are packed onto the GPUs by memory, the cluster's GPUs, and the card's
-    (MB, CUDA?), read before the workers take every GPU share. A fraction the user picked
-    (--gpus-per-trial) is theirs."""
-    import ray
-
-    gpus = 0.0 if cfg.gpus_per_trial is not None else float(ray.cluster_resources().get("GPU", 0))
-    packed = gpus >= 1
-    if cfg.gpu_mem_mb is not None and not packed:
-        print("--gpu-mem-mb: " + ("--gpus-per-trial sets each trial's share; trials are not packed"
-                                  if cfg.gpus_per_trial is not None else "the Ray cluster has no GPU; trials are not packed"),
-              file=sys.stderr, flush=True)
-    card = _card_of_cluster() if packed and cfg.gpu_mem_mb is None else (0.0, False)
-    if packed and cfg.gpu_mem_mb is None and not card[1]:
-        print("GPUs without a CUDA card to read their memory from: one trial per GPU (--gpu-mem-mb packs them)",
-              file=sys.stderr, flush=True)
-        packed = False
-    return packed, gpus, card
-
-
-def _card() -> tuple[float, bool]:
-    """(MB of memory, whether it is a CUDA card) of the GPU this process was given."""
-    import torch
-
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_properties(0).total_memory / 2**20, True
-    return 0.0, False
-
-
-def packing_for(cfg: RunConfig, pool: RayPool, gpus: int, study: Any, card: tuple[float, bool]) -> Packing:
-    """The packing of trials onto GPUs by predicted memory (sweeps._packing): the budget per GPU
-    from --gpu-mem-mb (what the trials' own peaks may sum to), else the card's memory less a CUDA
-    context per worker; the study's finished trials teach the predictor."""
-    from ._packing import MEMORY_KNOBS, MemoryPredictor, describe_packing
-
-    card_mb, cuda = card
-    budget = cfg.gpu_mem_mb if cfg.gpu_mem_mb is not None else card_mb
-    predictor = MemoryPredictor(MEMORY_KNOBS if cfg.builtin else None)
-    packing = Packing(budget, pool.gpu_of, predictor, can_probe=cfg.builtin,
-                      per_process_mb=CUDA_CONTEXT_MB if cuda and cfg.gpu_mem_mb is None else 0.0)
-    for params, peak in measured_peaks(study, cfg.fixed):
-        predictor.observe(params, peak)
-    if cfg.progress:
-        print(describe_packing(packing, gpus), file=sys.stderr, flush=True)
-    return packing
-
-
-def _card_of_cluster() -> tuple[float, bool]:
-    """The first GPU's memory as the driver sees it, else as a GPU task on the cluster sees it."""
-    card = _card()
-    if card[1]:
-        return card
-    import ray
-
-    try:
-        return ray.get(ray.remote(num_gpus=0.01)(_card).remote(), timeout=120)
-    except Exception:  # noqa: BLE001 - no GPU task could run: no card to read
-        return 0.0, False
-
-
-def measured_peaks(study: Any, fixed: Mapping[str, Any]) -> list[tuple[dict[str, Any], float]]:
-    """(config, peak MB) of the study's finished trials (a resume's packing starts from them)."""
-    from optuna.trial import TrialState
-
-    names = list(study.metric_names or ())
-    if "peak_mem_mb" not in names:
-        return []
-    return [({**fixed, **t.params}, float(t.values[names.index("peak_mem_mb")]))
-            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.values is not None]
+    return previous
 
 
 def rung_board(cfg: RunConfig, study: Any) -> Any:
@@ -403,72 +302,6 @@ def parent_metrics(summary: dict[str, Any]) -> dict[str, float]:
         out["hypervolume"] = summary.get("hypervolume") or 0.0
         out["n_trials"] = summary.get("n_trials", 0)
     return out
-
-
-def stale_trials(study: Any) -> list[Any]:
-    from optuna.trial import TrialState
-
-    return [t for t in study.trials if t.state == TrialState.RUNNING]
-
-
-def prepare_resume(study: Any, mlflow: SafeTracker | None) -> tuple[list[dict[str, Any]], int]:
-    """Fail the stale RUNNING trials of a driver that died (their MLflow runs too) and return the
-    parameters to run again (theirs and those of interrupted trials) and how many trials remain."""
-    from optuna.trial import TrialState
-
-    reason = "stale: its driver stopped"
-    stale = dict(study.user_attrs.get(A.STALE, {}))
-    parent = study.user_attrs.get(A.PARENT_RUN, "")
-    for t in stale_trials(study):
-        stale[str(t.number)] = reason
-        study.set_user_attr(A.STALE, stale)  # before the tell: a crash in between loses nothing
-        study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
-        if mlflow is None:
-            continue
-        run_id = t.user_attrs.get(A.MLFLOW_RUN_ID) or ""
-        if not run_id:
-            # the driver died before it recorded the run's id on the trial: found by its tags,
-            # recorded for `csweep sync`, so that the trial keeps exactly one run
-            run_id = mlflow.find_trial_run(parent, t.number)
-            if run_id:
-                study.set_user_attr(A.SYNCED_RUNS, {**study.user_attrs.get(A.SYNCED_RUNS, {}), str(t.number): run_id})
-        mlflow.end_stale(run_id, reason)
-    redo, attrs, seen = [], [], set()
-    requeued = set(study.user_attrs.get(A.REQUEUED, []))
-    sampled = set((study.user_attrs.get(A.SPACE) or {}).get("params", {}))
-    for t in study.trials:
-        if is_replaced(study, t) and t.number not in requeued:
-            requeued.add(t.number)
-            if not sampled <= set(t.params):
-                # the driver died while `ask` was writing this trial's parameters: a partial set
-                # is no config of the study; its slot is sampled afresh (it counts as replaced)
-                continue
-            key = json.dumps(t.params, sort_keys=True, default=str)
-            if key not in seen:
-                seen.add(key)
-                redo.append(dict(t.params))
-                # a re-run of `csweep rerun-front` stays one: it names the trial it re-trains
-                attrs.append({A.RERUN_OF: t.user_attrs[A.RERUN_OF]} if A.RERUN_OF in t.user_attrs else {})
-    study.set_user_attr(A.REQUEUED, sorted(requeued))
-    target = int(study.user_attrs.get(A.TARGET_TRIALS, counted_trials(study)))
-    remaining = max(0, target - counted_trials(study))
-    return redo, remaining, attrs
-
-
-def fresh_seed_offset(study: Any) -> int:
-    """The replicate-seed offset past every seed the study's trials used (rerun-front's fresh seeds)."""
-    used = [s for t in study.trials for s in t.user_attrs.get(A.SEEDS, [])]
-    base = int(study.user_attrs.get(A.SETTINGS, {}).get("fixed", {}).get("seed", 0) or 0)
-    return max(1, (max(used) - base + 1) if used else 1)
-
-
-def unfinished_reruns(study: Any, attrs: list[dict[str, Any]]) -> bool:
-    """Whether a resume completes an interrupted `csweep rerun-front`: re-runs re-queued, or
-    enqueued and never started."""
-    from optuna.trial import TrialState
-
-    return any(A.RERUN_OF in a for a in attrs) or any(
-        t.state == TrialState.WAITING and A.RERUN_OF in t.user_attrs for t in study.trials)
 
 
 def samples_dir(workdir: Path, study_name: str) -> Path:

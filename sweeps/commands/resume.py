@@ -36,7 +36,8 @@ def add_parsers(sub: Any) -> None:
 
 def cmd_resume(a: argparse.Namespace) -> int:
     from common import attrs as A
-    from .._runner import fresh_seed_offset, prepare_resume, run_sweep, unfinished_reruns, write_study_reports
+    from .._resume import fresh_seed_offset, prepare_resume, unfinished_reruns
+    from .._runner import run_sweep, write_study_reports
     from .._tracking import SafeTracker
 
     workdir, storage, study = open_existing(a)
@@ -63,7 +64,8 @@ def cmd_rerun_front(a: argparse.Namespace) -> int:
     from reports import trials_frame, pareto_frame
 
     from common import attrs as A
-    from .._runner import fresh_seed_offset, run_sweep
+    from .._resume import fresh_seed_offset
+    from .._runner import run_sweep
 
     front = pareto_frame(study, trials_frame(study))
     if front.empty:

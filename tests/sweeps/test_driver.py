@@ -278,7 +278,7 @@ def test_a_resume_requeues_a_stale_trial_only_when_its_parameters_are_complete()
     the resume fails it and samples that slot afresh; a whole stale config is run again as it was."""
     from optuna.distributions import FloatDistribution as F
 
-    from sweeps._runner import prepare_resume
+    from sweeps._resume import prepare_resume
 
     st = _stored_space_study(["x", "y"])
     dists = {"x": F(0.0, 1.0), "y": F(0.0, 1.0)}

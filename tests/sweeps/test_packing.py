@@ -280,7 +280,7 @@ def test_a_sweep_on_ray_packs_trials_onto_a_logical_gpu_by_their_memory(tmp_path
     (3, 1, 0.3333, {"CPU": 8, "GPU": 1}, 3), (8, 1, 1.0, {"CPU": 16, "GPU": 4}, 4), (2, 1, 0.0, {"CPU": 2}, 2),
     (3, 1, 0.3333, {"CPU": 2, "GPU": 1}, 2), (4, 2, 0.0, {"CPU": 6}, 3)])
 def test_workers_the_cluster_cannot_hold_are_not_started_to_wait_forever(workers, cpus, share, have, runs, capsys):
-    from sweeps._runner import workers_that_fit
+    from sweeps._resources import workers_that_fit
 
     assert workers_that_fit(workers, cpus, share, have) == runs
     said = capsys.readouterr().err
