@@ -61,7 +61,7 @@ __all__ = [
 ]
 
 
-_TRAINING = {"train": "_textual_inversion", "textual_inversion": "_textual_inversion", "pick_device": "_textual_inversion",
+_TRAINING = {"train": "_textual_inversion", "textual_inversion": "_textual_inversion", "pick_device": "_worker_cache",
              "Trained": "_textual_inversion", "TrialOutput": "_textual_inversion", "write_kohya": "_kohya"}
 
 

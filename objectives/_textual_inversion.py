@@ -8,89 +8,41 @@ exports and the samples. The frozen base model is shared by every trial a worker
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from ._data import ConceptSet, dataset_inputs, folder_concepts, synthetic_concepts
-from ._fidelity import VaeEncoder, VisionEncoder, fidelity
+from ._data import ConceptSet
+from ._fidelity import fidelity
 from ._health import HealthMonitor
 from ._health_config import HealthConfig, TrialStopped
 from ._memory import MemoryMeter
-from ._model import BaseModel, load_base_model
+from ._model import BaseModel
 from ._params import Knobs, default_val_every
 from ._prompts import Prompts, tokenize_prompts
 from ._samples import SampleConfig, draw_samples
 from ._step import Denoiser, autocast_for, batch_loss, draw_batch
 from ._trainables import Trainables, TrialParts, build_parts, optimizer_groups, trial_exports
 from ._validation import ValidationCurve, evaluated, validate
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+from ._worker_cache import (  # noqa: F401 - cached_base_model: what the tests and benchmarks clear
+    DTYPES,
+    _cached_data,
+    _datasets,
+    _fidelity_encoder,
+    cached_base_model,
+    pick_device,
+)
 
 StepCallback = Callable[[int, Mapping[str, float]], None]
 # called after every validation during training with (step, {"val_loss", "peak_mem_mb"}); a
 # non-empty answer is the reason to stop the trial there (csweep's --early-stop dominated)
 Reporter = Callable[[int, Mapping[str, float]], "str | None"]
 SCORES = ("final", "best")
-
-
-def pick_device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-@functools.lru_cache(maxsize=2)
-def cached_base_model(spec: str, device: str, precision: str = "fp32") -> BaseModel:
-    """Built or loaded once per process: a Ray worker reuses it for every trial it runs."""
-    base = load_base_model(spec)
-    for module in base.modules():
-        module.to(device=device, dtype=DTYPES[precision])
-    return base
-
-
-@functools.lru_cache(maxsize=4)
-def _cached_data(spec: str, device: str, precision: str, data: str | None, resolution: int,
-                 crop: str = "center", flipped: bool = False) -> dict[str, Any]:
-    base = cached_base_model(spec, device, precision)
-    concepts = synthetic_concepts(resolution) if data is None else folder_concepts(Path(data), resolution, crop)
-    return {"concepts": concepts, **_encode(base, concepts, torch.device(device), flipped=flipped)}
-
-
-@torch.no_grad()
-def _encode(base: BaseModel, concepts: ConceptSet, device: torch.device, *, flipped: bool = False) -> dict[str, Any]:
-    """1) latents of the frozen VAE, once (not every step as the reference script does); with
-    crop windows or flips, of every view of every training image (`train_views`: (images,
-    views, ...), the unflipped views first, then their mirror images)."""
-    combos = sorted({c for _, c in concepts.train + concepts.val}, key=lambda c: (len(c), c))
-
-    def enc(items: tuple) -> tuple[torch.Tensor, torch.Tensor]:
-        dtype = base.vae.dtype
-        images = torch.stack([torch.from_numpy(im) for im, _ in items]).to(device, dtype)
-        lat = base.vae.encode(images).latent_dist.mean * base.vae.config.scaling_factor
-        return lat, torch.tensor([combos.index(c) for _, c in items], device=device)
-
-    train_lat, train_combo = enc(concepts.train)
-    val_lat, val_combo = enc(concepts.val) if concepts.val else enc(concepts.train)
-    out = {"combos": combos, "train_lat": train_lat, "train_combo": train_combo,
-           "val_lat": val_lat, "val_combo": val_combo, "train_views": None}
-    views = [v[1:] if len(v) > 1 else v[:1] for v in concepts.views] if concepts.views else \
-        [im[None] for im, _ in concepts.train]
-    if flipped or any(len(v) > 1 for v in views):
-        stack = np.stack(views)  # (images, windows, 3, R, R)
-        if flipped:
-            stack = np.concatenate([stack, stack[..., ::-1]], axis=1)
-        n, v = stack.shape[:2]
-        flat = torch.from_numpy(np.ascontiguousarray(stack.reshape(n * v, *stack.shape[2:]))).to(device, base.vae.dtype)
-        lat = torch.cat([base.vae.encode(flat[i:i + 32]).latent_dist.mean for i in range(0, len(flat), 32)])
-        out["train_views"] = (lat * base.vae.config.scaling_factor).reshape(n, v, *lat.shape[1:])
-    return out
 
 
 @dataclass(frozen=True)
@@ -495,16 +447,3 @@ def trial_samples(run: TrialRun, artifacts: dict[str, bytes], scfg: SampleConfig
     out["sample_seconds"] = time.perf_counter() - drawn_at
     return out
 
-
-@functools.lru_cache(maxsize=4)
-def _datasets(resolution: int, data: str | None, settings: tuple = ()) -> list[dict[str, Any]]:
-    return dataset_inputs(resolution, data, settings)
-
-
-def _fidelity_encoder(path: str, base: BaseModel, device: str) -> Any:
-    return _vision_encoder(path, device) if path else VaeEncoder(base.vae)
-
-
-@functools.lru_cache(maxsize=1)
-def _vision_encoder(path: str, device: str) -> Any:
-    return VisionEncoder(path, device)
