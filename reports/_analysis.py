@@ -227,10 +227,7 @@ def coupling_analysis(
         gp = gp or fit_surrogate(ok, params, categorical, seed=seed, n_hyper=max(4, n_boot))
         draws = gp.draws()
         mean = gp.mean()
-    var = {}  # each component's variance over the space, per draw: by the grid's quadrature
-    for c, v in draws.items():
-        w = gp.component_weights(c)
-        var[c] = ((v - (v @ w)[:, None]) ** 2) @ w
+    var = _component_variances(gp, draws)
     total = sum(var.values())
     total = np.where(total > 0, total, np.nan)
     out = []
@@ -246,35 +243,54 @@ def coupling_analysis(
             a_name, b_name, kind = b, a, "categorical x numeric"
         by_level: tuple[tuple[str, float, float, float], ...] = ()
         path: tuple[tuple[float, float], ...] = ()
-        # the partial dependence on the pair: its two main effects and its interaction
-        def surface(comp: Mapping[tuple[int, ...], np.ndarray]) -> np.ndarray:
-            la, lb = len(gp.grid[ia]), len(gp.grid[ib])
-            s = comp[(ia, ib)].reshape(-1, la, lb)
-            return s + comp[(ia,)].reshape(-1, la, 1) + comp[(ib,)].reshape(-1, 1, lb)
-
         if (a in categorical) != (b in categorical):
-            surf = surface(draws)  # (draws, levels or grid of a, levels or grid of b)
-            if a in categorical:
-                cat, num = a, b
-            else:
-                cat, num, surf = b, a, surf.transpose(0, 2, 1)
-            pos, _ = _refined_argmin(surf, gp.grid[index[num]][:, 0])  # (draws, levels)
-            rows = []
-            for i_level, name in enumerate(categorical[cat]):
-                best = np.percentile(pos[:, i_level], [50, 2.5, 97.5])
-                rows.append((str(name), *(_taken(float(_unscale(np.array(v), params[num])), params[num])
-                                          for v in best)))
-            by_level = tuple(rows)
+            cat, num = (a, b) if a in categorical else (b, a)
+            by_level = _best_by_level(gp, draws, index[cat], index[num], categorical[cat], params[num])
         elif a in params and b in params:
-            surf = surface({c: v[None, :] for c, v in mean.items()})[0]
-            ga, gb = gp.grid[ia][:, 0], gp.grid[ib][:, 0]
-            pos, _ = _refined_argmin(surf[[0, -1]], gb)
-            path = tuple((_taken(float(_unscale(np.array(ga[i]), params[a])), params[a]),
-                          _taken(float(_unscale(np.array(p), params[b])), params[b]))
-                         for i, p in zip((0, -1), pos))
+            path = _best_path(gp, mean, ia, ib, params[a], params[b])
         more = None if (lo > COUPLED_ABOVE or hi < COUPLED_ABOVE) else more_trials_to_decide(med, lo, hi, n)
         out.append(Coupling(a_name, b_name, med, lo, hi, n, kind, by_level, more, path))
     return sorted(out, key=lambda c: -c.strength)
+
+
+def _component_variances(gp: Any, draws: Mapping[tuple[int, ...], np.ndarray]) -> dict[tuple[int, ...], np.ndarray]:
+    """Each component's variance over the space, per draw: by the grid's quadrature."""
+    var = {}
+    for c, v in draws.items():
+        w = gp.component_weights(c)
+        var[c] = ((v - (v @ w)[:, None]) ** 2) @ w
+    return var
+
+
+def _pair_surface(gp: Any, comp: Mapping[tuple[int, ...], np.ndarray], ia: int, ib: int) -> np.ndarray:
+    """The partial dependence on the pair (ia, ib): its two main effects and its interaction,
+    (draws, grid of ia, grid of ib)."""
+    la, lb = len(gp.grid[ia]), len(gp.grid[ib])
+    s = comp[(ia, ib)].reshape(-1, la, lb)
+    return s + comp[(ia,)].reshape(-1, la, 1) + comp[(ib,)].reshape(-1, 1, lb)
+
+
+def _best_by_level(gp: Any, draws: Mapping[tuple[int, ...], np.ndarray], icat: int, inum: int,
+                   levels: Sequence[Any], dist: Mapping[str, Any]) -> tuple[tuple[str, float, float, float], ...]:
+    """Per level of the categorical knob `icat`, the best value of the numeric knob `inum` (its
+    distribution `dist`): the median and 95% interval over the draws."""
+    surf = _pair_surface(gp, draws, icat, inum) if icat < inum else \
+        _pair_surface(gp, draws, inum, icat).transpose(0, 2, 1)  # (draws, levels, grid of the numeric knob)
+    pos, _ = _refined_argmin(surf, gp.grid[inum][:, 0])  # (draws, levels)
+    return tuple((str(name), *(_taken(float(_unscale(np.array(v), dist)), dist)
+                               for v in np.percentile(pos[:, i], [50, 2.5, 97.5])))
+                 for i, name in enumerate(levels))
+
+
+def _best_path(gp: Any, mean: Mapping[tuple[int, ...], np.ndarray], ia: int, ib: int,
+               dist_a: Mapping[str, Any], dist_b: Mapping[str, Any]) -> tuple[tuple[float, float], ...]:
+    """Where the best b lies at either end of a's range, on the posterior mean: ((a, best b), ...)."""
+    surf = _pair_surface(gp, {c: v[None, :] for c, v in mean.items()}, ia, ib)[0]
+    ga, gb = gp.grid[ia][:, 0], gp.grid[ib][:, 0]
+    pos, _ = _refined_argmin(surf[[0, -1]], gb)
+    return tuple((_taken(float(_unscale(np.array(ga[i]), dist_a)), dist_a),
+                  _taken(float(_unscale(np.array(p), dist_b)), dist_b))
+                 for i, p in zip((0, -1), pos))
 
 
 def coupling_frame(couplings: list[Coupling]) -> pd.DataFrame:

@@ -75,23 +75,9 @@ def fit_power_law(ok: pd.DataFrame, x: str, y: str, *, params: Mapping[str, Mapp
                  note=f"{len(ok)} usable trials, {LAW_MIN_TRIALS} needed")
     if len(ok) < LAW_MIN_TRIALS:
         return nan
-    params = dict(params or {})
-    for name in (x, y):
-        if name not in params:
-            v = ok[name].astype(float)
-            params[name] = {"low": float(v.min()), "high": float(v.max()), "log": True}
-    params = {k: v for k, v in params.items() if k in ok.columns}
-    cats = {k: list(v) for k, v in (categorical or {}).items() if k in ok.columns and len(v) >= 2}
-    ok = ok.dropna(subset=[*params, *cats])
+    ok, params, cats = _law_space(ok, x, y, params, categorical)
     names = list(params) + list(cats)
     ix, iy = names.index(x), names.index(y)
-
-    def to_log(v: np.ndarray, name: str) -> np.ndarray:
-        d = params[name]
-        if d.get("log"):
-            return math.log(float(d["low"])) + v * (math.log(float(d["high"])) - math.log(float(d["low"])))
-        return np.log(np.maximum(_unscale(v, d), 1e-300))
-
     import warnings
 
     from threadpoolctl import threadpool_limits
@@ -107,32 +93,10 @@ def fit_power_law(ok: pd.DataFrame, x: str, y: str, *, params: Mapping[str, Mapp
     scaled_x = gp.x[:, gp.groups[ix][0]]
     lo_x, hi_x = float(scaled_x.min()), float(scaled_x.max())
     cover = (gx >= lo_x - 0.5 / QUAD) & (gx <= hi_x + 0.5 / QUAD)
-    lgx = to_log(gx, x)
-
-    def ystar(comp: Mapping[tuple[int, ...], np.ndarray]) -> np.ndarray:
-        """(draws, x grid) the best y (scaled), NaN on the edge of y's range or outside the trials' x."""
-        key = (min(ix, iy), max(ix, iy))
-        inter = comp[key].reshape(-1, QUAD, QUAD)
-        if ix > iy:
-            inter = inter.transpose(0, 2, 1)
-        surf = inter + comp[(iy,)].reshape(-1, 1, QUAD)  # x's own main effect moves no minimum
-        pos, inner = _refined_argmin(surf, gy)
-        return np.where(inner & cover[None, :], pos, np.nan)
-
-    def regress(ys: np.ndarray) -> tuple[float, float, float] | None:
-        keep = np.isfinite(ys)
-        if keep.sum() < LAW_MIN_POINTS:
-            return None
-        # least squares over x's range: each point weighted by its node's quadrature weight
-        ly, w = to_log(ys[keep], y), wx[keep] / wx[keep].sum()
-        slope, icpt = np.polyfit(lgx[keep], ly, 1, w=np.sqrt(w))
-        resid = ly - (slope * lgx[keep] + icpt)
-        ss = float(w @ (ly - w @ ly) ** 2)
-        return float(slope), float(icpt), (1 - float(w @ resid**2) / ss) if ss > 0 else 1.0
-
-    central = ystar({c: v[None, :] for c, v in mean.items()})[0]
-    fit = regress(central)
-    per_draw = [regress(row) for row in ystar(draws)]
+    lgx = _to_log(gx, params[x])
+    central = _best_y({c: v[None, :] for c, v in mean.items()}, ix, iy, gy, cover)[0]
+    fit = _regress(central, lgx, wx, params[y])
+    per_draw = [_regress(row, lgx, wx, params[y]) for row in _best_y(draws, ix, iy, gy, cover)]
     alphas = np.array([f[0] for f in per_draw if f is not None])
     if fit is None or len(alphas) < 0.6 * len(per_draw):
         inside = int(np.isfinite(central).sum())
@@ -144,10 +108,60 @@ def fit_power_law(ok: pd.DataFrame, x: str, y: str, *, params: Mapping[str, Mapp
     slope = float(np.median(alphas))
     lo, hi = (float(v) for v in np.percentile(alphas, [2.5, 97.5]))
     keep = np.isfinite(central)
-    icpt = float(np.average(to_log(central[keep], y) - slope * lgx[keep], weights=wx[keep]))
-    pts = tuple((float(math.exp(a)), float(math.exp(b))) for a, b in zip(lgx[keep], to_log(central[keep], y)))
+    log_y = _to_log(central[keep], params[y])
+    icpt = float(np.average(log_y - slope * lgx[keep], weights=wx[keep]))
+    pts = tuple((float(math.exp(a)), float(math.exp(b))) for a, b in zip(lgx[keep], log_y))
     return LawFit(x, y, "power", slope, min(lo, slope), max(hi, slope), float(math.exp(icpt)), fit[2], len(pts),
                   pts, len(ok))
+
+
+def _law_space(ok: pd.DataFrame, x: str, y: str, params: Mapping[str, Mapping[str, Any]] | None,
+               categorical: Mapping[str, Sequence[Any]] | None) -> tuple[pd.DataFrame, dict[str, Any], dict[str, list]]:
+    """The trials and the knobs the law's surrogate reads: x and y (log-scaled over their trials'
+    range where the space does not say), the other numeric knobs, the categorical ones of two or
+    more levels."""
+    params = dict(params or {})
+    for name in (x, y):
+        if name not in params:
+            v = ok[name].astype(float)
+            params[name] = {"low": float(v.min()), "high": float(v.max()), "log": True}
+    params = {k: v for k, v in params.items() if k in ok.columns}
+    cats = {k: list(v) for k, v in (categorical or {}).items() if k in ok.columns and len(v) >= 2}
+    return ok.dropna(subset=[*params, *cats]), params, cats
+
+
+def _to_log(v: np.ndarray, d: Mapping[str, Any]) -> np.ndarray:
+    """Scaled values of a knob (distribution `d`) as the log of the knob's own values."""
+    if d.get("log"):
+        return math.log(float(d["low"])) + v * (math.log(float(d["high"])) - math.log(float(d["low"])))
+    return np.log(np.maximum(_unscale(v, d), 1e-300))
+
+
+def _best_y(comp: Mapping[tuple[int, ...], np.ndarray], ix: int, iy: int, gy: np.ndarray,
+            cover: np.ndarray) -> np.ndarray:
+    """(draws, x grid) the best y (scaled), NaN on the edge of y's range or outside the trials' x."""
+    from common.gp import QUAD
+
+    key = (min(ix, iy), max(ix, iy))
+    inter = comp[key].reshape(-1, QUAD, QUAD)
+    if ix > iy:
+        inter = inter.transpose(0, 2, 1)
+    surf = inter + comp[(iy,)].reshape(-1, 1, QUAD)  # x's own main effect moves no minimum
+    pos, inner = _refined_argmin(surf, gy)
+    return np.where(inner & cover[None, :], pos, np.nan)
+
+
+def _regress(ys: np.ndarray, lgx: np.ndarray, wx: np.ndarray, dist_y: Mapping[str, Any]) -> tuple[float, float, float] | None:
+    """The least-squares line of log y* on log x over x's range (each point weighted by its node's
+    quadrature weight): (slope, intercept, r2); None below LAW_MIN_POINTS points."""
+    keep = np.isfinite(ys)
+    if keep.sum() < LAW_MIN_POINTS:
+        return None
+    ly, w = _to_log(ys[keep], dist_y), wx[keep] / wx[keep].sum()
+    slope, icpt = np.polyfit(lgx[keep], ly, 1, w=np.sqrt(w))
+    resid = ly - (slope * lgx[keep] + icpt)
+    ss = float(w @ (ly - w @ ly) ** 2)
+    return float(slope), float(icpt), (1 - float(w @ resid**2) / ss) if ss > 0 else 1.0
 
 
 def scaling_frame(fits: list[LawFit]) -> pd.DataFrame:
