@@ -42,34 +42,8 @@ def render_page(rep: Any, *, images: Mapping[str, Path], figure: Any, tracking_u
     couplings = "".join(f"<li>{esc(c.sentence())}</li>" for c in rep.couplings) or (
         "<li>Not enough completed trials with numeric parameters for a coupling analysis yet.</li>")
     laws = "".join(f"<li>{esc(f.sentence())}</li>" for f in rep.laws) or "<li>The space declares no laws.</li>"
-    # what a user may do: the decided verdicts first, then what the trials cannot decide yet
-    decided = [c for c in rep.couplings if c.decided]
-    undecided = [c for c in rep.couplings if not c.decided]
-    # per pair: together because of the boundary (where runs break), of the loss, both, or neither
     stab = getattr(rep, "stability", None)
-    moved = [b for b in (stab.boundaries if stab else []) if b.verdict_key == "coupled" and b.side != "levels"]
-    shown_moved: set[frozenset[str]] = set()
-    conclusions = ""
-    for b in moved:
-        key = frozenset((b.param, b.by))
-        if key not in shown_moved:
-            shown_moved.add(key)
-            conclusions += f"<li class='boundary'><b>Because of where runs break:</b> {esc(b.advice())}</li>"
-    if s.get("reruns"):  # csweep rerun-front: did the front hold under fresh seeds
-        from ._tables import rerun_sentence
-
-        conclusions += f"<li class='rerun'>{esc(rerun_sentence(s['reruns'], s['front_under_fresh_seeds']))}</li>"
-    conclusions += "".join(f"<li class='decided'>{esc(c.advice())}</li>" for c in decided)
-    conclusions += "".join(f"<li class='law'>{esc(f.sentence())}</li>" for f in rep.laws if f.stated)
-    conclusions += "".join(f"<li class='undecided'>{esc(c.advice())}</li>" for c in undecided)
-    pairs = getattr(rep, "pairs", None) or []
-    because = "".join(
-        f"<tr><td>{esc(p['param_a'])} × {esc(p['param_b'])}</td><td>{esc(p['loss'] or 'no fit')}</td>"
-        f"<td>{esc(p['boundary'] or 'no fit')}</td><td><b>{esc(_BECAUSE[p['because']])}</b></td></tr>" for p in pairs)
-    if because:
-        conclusions += ("<li class='pairs'>Per pair, why to choose the knobs together:<table class='csweep-table'>"
-                        "<tr><th>pair</th><th>loss (runs that converged)</th><th>boundary (where runs break)</th>"
-                        f"<th>choose</th></tr>{because}</table></li>")
+    conclusions = _conclusions(rep, stab, esc)
     from ._analysis import coupling_frame
     from ._laws import scaling_frame
     from ._stability import MOVED_ABOVE, stability_frame
@@ -129,6 +103,41 @@ def render_page(rep: Any, *, images: Mapping[str, Path], figure: Any, tracking_u
         "</div></body></html>",
     ]
     return "\n".join(parts)
+
+
+def _conclusions(rep: Any, stab: Any, esc: Any) -> str:
+    """The Conclusions' items: what a user may do, the decided verdicts first (where runs break,
+    the front's reruns, the coupled pairs, the stated laws), then what the trials cannot decide
+    yet, and per pair why to choose the knobs together."""
+    s = rep.summary
+    # what a user may do: the decided verdicts first, then what the trials cannot decide yet
+    decided = [c for c in rep.couplings if c.decided]
+    undecided = [c for c in rep.couplings if not c.decided]
+    # per pair: together because of the boundary (where runs break), of the loss, both, or neither
+    moved = [b for b in (stab.boundaries if stab else []) if b.verdict_key == "coupled" and b.side != "levels"]
+    shown_moved: set[frozenset[str]] = set()
+    conclusions = ""
+    for b in moved:
+        key = frozenset((b.param, b.by))
+        if key not in shown_moved:
+            shown_moved.add(key)
+            conclusions += f"<li class='boundary'><b>Because of where runs break:</b> {esc(b.advice())}</li>"
+    if s.get("reruns"):  # csweep rerun-front: did the front hold under fresh seeds
+        from ._tables import rerun_sentence
+
+        conclusions += f"<li class='rerun'>{esc(rerun_sentence(s['reruns'], s['front_under_fresh_seeds']))}</li>"
+    conclusions += "".join(f"<li class='decided'>{esc(c.advice())}</li>" for c in decided)
+    conclusions += "".join(f"<li class='law'>{esc(f.sentence())}</li>" for f in rep.laws if f.stated)
+    conclusions += "".join(f"<li class='undecided'>{esc(c.advice())}</li>" for c in undecided)
+    pairs = getattr(rep, "pairs", None) or []
+    because = "".join(
+        f"<tr><td>{esc(p['param_a'])} × {esc(p['param_b'])}</td><td>{esc(p['loss'] or 'no fit')}</td>"
+        f"<td>{esc(p['boundary'] or 'no fit')}</td><td><b>{esc(_BECAUSE[p['because']])}</b></td></tr>" for p in pairs)
+    if because:
+        conclusions += ("<li class='pairs'>Per pair, why to choose the knobs together:<table class='csweep-table'>"
+                        "<tr><th>pair</th><th>loss (runs that converged)</th><th>boundary (where runs break)</th>"
+                        f"<th>choose</th></tr>{because}</table></li>")
+    return conclusions
 
 
 _BECAUSE = {"loss and boundary": "together: loss and boundary", "boundary": "together: the boundary",
