@@ -207,12 +207,28 @@ def parse_space(data: Any, *, source: str) -> SearchSpace:
             raise err(f"fixed.{k}", v, "is also in params; a parameter is either sampled or fixed")
         if not (v is None or isinstance(v, (str, int, float, bool, list))):
             raise err(f"fixed.{k}", v, "must be a scalar or a list")
-    by_name = {p.name: p for p in params}
+    hypotheses = _parse_hypotheses(data.get("hypotheses") or [], {p.name: p for p in params}, fixed, err)
+    samples = data.get("samples") or {}
+    if not isinstance(samples, Mapping):
+        raise err("samples", samples, "must be a mapping (prompts, seeds, steps, scheduler, guidance_scale, enabled)")
+    profiles = _parse_profiles(data.get("profiles") or {}, raw_params, err)
+    space = SearchSpace(
+        name=name, description=description, objective=objective, trials=trials,
+        params=params, fixed=dict(fixed), hypotheses=hypotheses, source=source, samples=dict(samples),
+        profiles={str(k): dict(v) for k, v in profiles.items()},
+    )
+    for family in profiles:  # every profile is a valid space of its own
+        space.for_profile(family)
+    return space
+
+
+def _parse_hypotheses(raw: Any, by_name: Mapping[str, Any], fixed: Mapping[str, Any], err: Any) -> tuple:
+    """The space's `hypotheses`: pairs of sampled params, each with an optional law between two
+    numeric ones."""
     hypotheses = []
-    raw_h = data.get("hypotheses") or []
-    if not isinstance(raw_h, list):
-        raise err("hypotheses", raw_h, "must be a list of {x, y} or {x, y, law}")
-    for i, h in enumerate(raw_h):
+    if not isinstance(raw, list):
+        raise err("hypotheses", raw, "must be a list of {x, y} or {x, y, law}")
+    for i, h in enumerate(raw):
         if not isinstance(h, Mapping) or not {"x", "y"} <= set(h) or not set(h) <= {"x", "y", "law"}:
             raise err(f"hypotheses[{i}]", h, "must be a mapping with x, y and optionally law")
         law = h.get("law")
@@ -229,10 +245,11 @@ def parse_space(data: Any, *, source: str) -> SearchSpace:
         if law is not None and law not in LAWS:
             raise err(f"hypotheses[{i}].law", law, f"must be one of {', '.join(LAWS)} (or left out for a pair)")
         hypotheses.append(Hypothesis(h["x"], h["y"], law))
-    samples = data.get("samples") or {}
-    if not isinstance(samples, Mapping):
-        raise err("samples", samples, "must be a mapping (prompts, seeds, steps, scheduler, guidance_scale, enabled)")
-    profiles = data.get("profiles") or {}
+    return tuple(hypotheses)
+
+
+def _parse_profiles(profiles: Any, raw_params: Mapping[str, Any], err: Any) -> Mapping[str, Any]:
+    """The space's `profiles`: per model family, ranges of its params and values of other knobs."""
     if not isinstance(profiles, Mapping):
         raise err("profiles", profiles, f"must be a mapping of model family ({', '.join(PROFILES)}) -> params/fixed/trials")
     for family, prof in profiles.items():
@@ -247,14 +264,7 @@ def parse_space(data: Any, *, source: str) -> SearchSpace:
         for k in prof.get("fixed") or {}:
             if k in raw_params:
                 raise err(f"profiles.{family}.fixed.{k}", prof["fixed"][k], "is sampled by the space")
-    space = SearchSpace(
-        name=name, description=description, objective=objective, trials=trials,
-        params=params, fixed=dict(fixed), hypotheses=tuple(hypotheses), source=source, samples=dict(samples),
-        profiles={str(k): dict(v) for k, v in profiles.items()},
-    )
-    for family in profiles:  # every profile is a valid space of its own
-        space.for_profile(family)
-    return space
+    return profiles
 
 
 class _Loader(yaml.SafeLoader):
