@@ -1,7 +1,7 @@
 """The surrogate (common/gp.py) of two revisions side by side: seconds per fit and whether the fits
 are the same to the bit.
 
-Both revisions' gp.py are loaded into this process (the old one from git) and fit the same
+Both revisions' surrogates are loaded into this process (the old one from git) and fit the same
 studies alternately, ROUNDS times each, so that the machine's load falls on both alike: a smooth
 four-knob function with one interaction and noise at 20, 30, 60 and 120 trials, a categorical
 knob beside two numeric ones, and validation-curve rows (an offset per trial). Prints each case's
@@ -27,12 +27,20 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+def load_revision(rev: str, where: Path):
+    """common/gp.py of git revision `rev`, with the modules of common/ it imports relatively, as a
+    package of its own (`gp_rev`) under `where`."""
+    package = where / "gp_rev"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    names = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "--name-only", rev, "common/"], check=True,
+                           capture_output=True, text=True).stdout.split()
+    for name in names:
+        if name.endswith(".py") and not name.endswith("__init__.py"):
+            (package / Path(name).name).write_text(subprocess.run(
+                ["git", "-C", str(ROOT), "show", f"{rev}:{name}"], check=True, capture_output=True, text=True).stdout)
+    sys.path.insert(0, str(where))
+    return importlib.import_module("gp_rev.gp")
 
 
 def cases():
@@ -67,10 +75,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        old_path = Path(tmp) / "gp_old.py"
-        old_path.write_text(subprocess.run(["git", "-C", str(ROOT), "show", f"{a.old}:common/gp.py"],
-                                           check=True, capture_output=True, text=True).stdout)
-        revisions = {a.old: load(old_path, "gp_old"), "working tree": load(ROOT / "common" / "gp.py", "gp_new")}
+        sys.path.insert(0, str(ROOT))
+        import common.gp
+
+        revisions = {a.old: load_revision(a.old, Path(tmp)), "working tree": common.gp}
         print(f"{'case':<40} {a.old:>10} {'working tree':>13}  ratio  identical")
         for name, case in cases():
             times: dict[str, list[float]] = {r: [] for r in revisions}

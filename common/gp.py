@@ -38,6 +38,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.linalg.lapack import dpotrf, dtrtrs
 
+from ._kernels import SQRT5, _centre, _grid_moments, _grid_rows, _m52, _m52t, _mvn, _sqdist
+
 MAX_FIT = 120  # trials the surrogate conditions on (a seeded random subset beyond)
 # the analyses' hyperparameter chains and each one's burn-in: chains from dispersed starts see the
 # modes that one chain would not leave (burn 50 left the curve rows' offset unconverged)
@@ -46,7 +48,6 @@ CHAINS, BURN = 6, 100
 # with their weights, not equally weighted midpoints: on Ishigami's S13 the true function's share
 # is 0.2437 to four digits on 12 nodes, and 0.227 on 12 midpoints (benchmarks/quadrature.py)
 QUAD = 12
-SQRT5 = math.sqrt(5.0)
 JITTER = 1e-6
 BATCH_CELLS = 2 * 48 * 48  # kernel cells the chains' likelihoods are evaluated together in (cache-sized)
 # priors, in log space, for inputs scaled to [0, 1] and standardised y
@@ -57,26 +58,6 @@ LOG_NOISE = (math.log(0.05), 1.5)
 LOG_CONST = (0.0, 1.0)
 
 
-def _m52(d2: np.ndarray) -> np.ndarray:
-    r = np.sqrt(np.maximum(d2, 0.0))
-    return (1.0 + SQRT5 * r + (5.0 / 3.0) * d2) * np.exp(-SQRT5 * r)
-
-
-def _m52t(t: np.ndarray) -> np.ndarray:
-    """The Matern 5/2 kernel of t = sqrt(5) r / l (the chains' form: distances' roots taken once)."""
-    out = np.exp(-t)
-    poly = t * t
-    poly *= 1.0 / 3.0
-    poly += t
-    poly += 1.0
-    out *= poly
-    return out
-
-
-def _sqdist(x1: np.ndarray, x2: np.ndarray) -> np.ndarray:
-    return np.maximum((x1 * x1).sum(1)[:, None] + (x2 * x2).sum(1)[None, :] - 2.0 * x1 @ x2.T, 0.0)
-
-
 def quadrature(levels: int | None) -> tuple[np.ndarray, np.ndarray]:
     """A knob's grid in its design columns and the grid's weights (summing to one): a numeric
     knob's (levels None) QUAD Gauss-Legendre nodes on [0, 1], a categorical knob's levels one-hot,
@@ -85,49 +66,6 @@ def quadrature(levels: int | None) -> tuple[np.ndarray, np.ndarray]:
         return np.eye(levels), np.full(levels, 1.0 / levels)
     x, w = np.polynomial.legendre.leggauss(QUAD)
     return ((x + 1.0) / 2.0)[:, None], w / 2.0
-
-
-def _grid_moments(dqq: np.ndarray, s: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Of a grid's kernel (squared distances `dqq`, weights `w`) at each squared length scale of
-    `s` (shape (m, 1, 1)): mean_qq k(q, q') and v, the centred kernel's mean variance there
-    (_centre)."""
-    kq = _m52(dqq[None] / s)
-    mq = kq @ w
-    kqq = mq @ w
-    return kqq, np.maximum((np.diagonal(kq, axis1=1, axis2=2) - mq * mq / kqq[:, None]) @ w, 1e-9)
-
-
-def _centre(k: np.ndarray, m1: np.ndarray, m2: np.ndarray, kqq: float, v: float) -> np.ndarray:
-    """A knob's centred kernel k~(p1, p2) = (k(p1, p2) - m1(p1) m2(p2) / kqq) / v from its kernel k
-    between two sets of points, each set's mean kernel to the grid (m(p) = mean_q k(p, q), the mean
-    under the grid's weights), the grid's mean kernel kqq = mean_qq k(q, q') and v, the centred
-    kernel's mean variance over the grid (_grid_moments). v makes a component's variance over the
-    space its own hyperparameter whatever its smoothness (a smooth centred draw varies little:
-    without v, long length scales would shrink every interaction and the prior on a pair's share
-    would lean towards "no sign")."""
-    return (k - np.outer(m1, m2) / kqq) / v
-
-
-def _grid_rows(ks: list[np.ndarray]) -> np.ndarray:
-    """A component's kernel rows on its grid from its knobs' rows on theirs: what
-    np.prod([k[idx[:, a]] for a, k in enumerate(ks)], axis=0) gives for the component's grid idx
-    (BayesGP.component_grid: the knobs' grid points in 'ij' order), the same products, without
-    gathering each knob's rows to the grid's size first."""
-    out = ks[0]
-    for k in ks[1:]:
-        out = (out[:, None, :] * k[None, :, :]).reshape(-1, k.shape[-1])
-    return out
-
-
-def _mvn(cov: np.ndarray, z: np.ndarray) -> np.ndarray:
-    """Draws with covariance `cov` from standard normal columns `z`: by Cholesky with a small
-    jitter, by eigendecomposition where that fails (a centred kernel is singular on its grid)."""
-    scale = max(float(np.mean(np.diag(cov))), 1e-12)
-    try:
-        return np.linalg.cholesky(cov + np.eye(len(cov)) * 1e-6 * scale) @ z
-    except np.linalg.LinAlgError:
-        vals, vecs = np.linalg.eigh(cov)
-        return (vecs * np.sqrt(np.clip(vals, 0.0, None))) @ z
 
 
 @dataclass(frozen=True)
