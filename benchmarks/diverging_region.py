@@ -60,9 +60,9 @@ def main() -> None:
             usable += len(planted)
             for c in coupling_analysis(planted, UNIT_SPACE, seed=s):
                 if {c.param_a, c.param_b} == {"warm", "sigma"}:
-                    coupled += c.verdict().startswith("coupled")
-                    no_sign += c.verdict().startswith("no sign")
-            wrong += sum(c.verdict().startswith("coupled") for c in coupling_analysis(null, UNIT_SPACE, seed=s))
+                    coupled += c.verdict_key == "coupled"
+                    no_sign += c.verdict_key == "no sign of coupling"
+            wrong += sum(c.verdict_key == "coupled" for c in coupling_analysis(null, UNIT_SPACE, seed=s))
         print(f"| {name} | {coupled} / {no_sign} of {a.studies} | {wrong} of {6 * a.studies} | "
               f"{inside} of {2 * a.trials * a.studies} | {usable / a.studies:.1f} |  ({time.perf_counter() - started:.0f} s)",
               flush=True)

@@ -137,8 +137,8 @@ def split_the_gap(studies: int, sizes: list[int], noises: list[str]) -> None:
                 oracle += lo > LINE
                 pair = next(c for c in coupling_analysis(df, S.UNIT_SPACE, seed=s)
                             if {c.param_a, c.param_b} == {"warm", "sigma"})
-                surrogate += pair.verdict().startswith("coupled")
-                nosign += pair.verdict().startswith("no sign")
+                surrogate += pair.verdict_key == "coupled"
+                nosign += pair.verdict_key == "no sign of coupling"
             print(f"| {noise} | {n} | {oracle}/{studies} | {surrogate}/{studies} ({nosign}) |", flush=True)
     print(f"({time.perf_counter() - t0:.0f} s)")
 

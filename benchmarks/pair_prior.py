@@ -41,7 +41,7 @@ def main() -> None:
                     if coupled and {c.param_a, c.param_b} == {"warm", "sigma"}:
                         est.append(c.strength)
                         decided += c.ci_low > 0.05
-                        wrong += c.verdict().startswith("no sign")
+                        wrong += c.verdict_key == "no sign of coupling"
                     else:
                         wrong += c.ci_low > 0.05
             what = (f"planted median {statistics.median(est):.3f}, decided {decided} of {a.studies}" if coupled

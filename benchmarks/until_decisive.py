@@ -49,7 +49,7 @@ def main() -> None:
                     stop = n
                     break
             final = coupling_analysis(full.iloc[:stop], UNIT_SPACE, seed=s)
-            bad = [c for c in final if c.decided and c.verdict().startswith("coupled") !=
+            bad = [c for c in final if c.decided and (c.verdict_key == "coupled") !=
                    (coupled and {c.param_a, c.param_b} == {"warm", "sigma"})]
             wrong += bool(bad)
             stopped_wrong += bool(bad) and stop < a.budget

@@ -62,10 +62,20 @@ class Coupling:
     def decided(self) -> bool:
         return self.ci_low > COUPLED_ABOVE or self.ci_high < COUPLED_ABOVE
 
-    def verdict(self) -> str:
+    @property
+    def verdict_key(self) -> str:
+        """"coupled", "no sign of coupling" or "inconclusive" (as a boundary's verdict_key, and
+        coupling.csv's verdict column)."""
         if self.ci_low > COUPLED_ABOVE:
-            return "coupled: tune them together"
+            return "coupled"
         if self.ci_high < COUPLED_ABOVE:
+            return "no sign of coupling"
+        return "inconclusive"
+
+    def verdict(self) -> str:
+        if self.verdict_key == "coupled":
+            return "coupled: tune them together"
+        if self.verdict_key == "no sign of coupling":
             return "no sign of coupling: they can be tuned one at a time"
         if self.more_trials is None:
             return "inconclusive: the trials cannot decide it yet"
@@ -296,7 +306,7 @@ def _best_path(gp: Any, mean: Mapping[tuple[int, ...], np.ndarray], ia: int, ib:
 def coupling_frame(couplings: list[Coupling]) -> pd.DataFrame:
     cols = ["param_a", "param_b", "strength", "ci_low", "ci_high", "n_trials", "kind", "verdict", "best_by_level",
             "more_trials"]
-    rows = [{**{k: getattr(c, k) for k in cols[:7]}, "verdict": c.verdict().split(":")[0],
+    rows = [{**{k: getattr(c, k) for k in cols[:7]}, "verdict": c.verdict_key,
              "best_by_level": "; ".join(f"{lvl}={best:.4g} [{lo:.4g}, {hi:.4g}]"
                                         for lvl, best, lo, hi in c.best_by_level),
              "more_trials": c.more_trials} for c in couplings]

@@ -162,7 +162,7 @@ def pair_conclusions(couplings: Sequence[Any], stability: StabilityResult) -> li
     out = []
     for key in list(dict.fromkeys([*loss, *bounds])):
         c, bs = loss.get(key), bounds.get(key, [])
-        lv = c.verdict().split(":")[0] if c else ""
+        lv = c.verdict_key if c else ""
         bv = bs[0].verdict_key if bs else ""
         together = [w for w, v in (("loss", lv), ("boundary", bv)) if v == "coupled"]
         if together:

@@ -308,7 +308,7 @@ def decision_looks(study: Any, pairs: Sequence[tuple[str, str]] = ()) -> str:
                             n_boot=16)
     if not out or not all(c.decided for c in out):
         return ""
-    calls = "; ".join(f"{c.param_a} x {c.param_b} {c.verdict().split(':')[0]}" for c in out)
+    calls = "; ".join(f"{c.param_a} x {c.param_b} {c.verdict_key}" for c in out)
     return (f"decided after {len(fit)} usable trials ({len(study.trials)} in the study): {calls} "
             f"(--until-decisive: every {'hypothesis' if pairs else 'pair'} decided at the 99% level; stopped asking)")
 

@@ -45,16 +45,16 @@ def test_a_planted_coupling_with_noise_is_ranked_first_and_called_coupled():
     for s in STUDIES:
         out = coupling_analysis(coupling_study(s, coupled=True), UNIT_SPACE, n_boot=20, seed=s)
         assert {out[0].param_a, out[0].param_b} == {"warm", "sigma"}, s
-        assert out[0].verdict().startswith("coupled"), (s, out[0])
-        assert all(c.verdict().startswith("no sign") for c in out[1:]), s
+        assert out[0].verdict_key == "coupled", (s, out[0])
+        assert all(c.verdict_key == "no sign of coupling" for c in out[1:]), s
 
 
 def _right(out, coupled: bool) -> bool:
     """The verdicts a planted warm x sigma coupling (or none) should get."""
     if not coupled:
         return not any(c.ci_low > 0.05 for c in out)
-    return ({out[0].param_a, out[0].param_b} == {"warm", "sigma"} and out[0].verdict().startswith("coupled")
-            and all(c.verdict().startswith("no sign") for c in out[1:]))
+    return ({out[0].param_a, out[0].param_b} == {"warm", "sigma"} and out[0].verdict_key == "coupled"
+            and all(c.verdict_key == "no sign of coupling" for c in out[1:]))
 
 
 @pytest.mark.slow
@@ -107,11 +107,11 @@ def test_categorical_knobs_enter_the_coupling_analysis():
     by_pair = {frozenset((c.param_a, c.param_b)): c for c in out}
     freeze_lr = by_pair[frozenset(("freeze", "lr"))]
     assert freeze_lr.kind == "categorical x numeric" and freeze_lr.param_a == "freeze"
-    assert freeze_lr.verdict().startswith("coupled")
+    assert freeze_lr.verdict_key == "coupled"
     cat_cat = by_pair[frozenset(("targets", "init_from"))]
-    assert cat_cat.kind == "categorical x categorical" and cat_cat.verdict().startswith("coupled")
-    assert by_pair[frozenset(("decay", "lr"))].verdict().startswith("no sign")
-    assert by_pair[frozenset(("freeze", "decay"))].verdict().startswith("no sign")
+    assert cat_cat.kind == "categorical x categorical" and cat_cat.verdict_key == "coupled"
+    assert by_pair[frozenset(("decay", "lr"))].verdict_key == "no sign of coupling"
+    assert by_pair[frozenset(("freeze", "decay"))].verdict_key == "no sign of coupling"
     # the best lr per freeze mode, with its interval, lands on the planted one
     best = {level: (b, lo, hi) for level, b, lo, hi in freeze_lr.best_by_level}
     for mode, centre in FREEZE_CENTRES.items():
@@ -189,14 +189,14 @@ def test_on_a_noise_free_smooth_function_the_interval_holds_the_published_share(
         truth = ISHIGAMI_S2[(0, 2)]
         covered += c13.ci_low <= truth <= c13.ci_high
         misses += [max(c13.ci_low - truth, truth - c13.ci_high, 0.0)]
-        assert not out[frozenset(("x1", "x2"))].verdict().startswith("coupled"), s
-        assert not out[frozenset(("x2", "x3"))].verdict().startswith("coupled"), s
+        assert not out[frozenset(("x1", "x2"))].verdict_key == "coupled", s
+        assert not out[frozenset(("x2", "x3"))].verdict_key == "coupled", s
     assert covered >= 7, (covered, misses)
     assert max(misses) < 0.01, misses
 
 
 def _verdicts(out):
-    return {frozenset((c.param_a, c.param_b)): c.verdict().split(":")[0] for c in out}
+    return {frozenset((c.param_a, c.param_b)): c.verdict_key for c in out}
 
 
 @pytest.mark.slow
@@ -216,7 +216,7 @@ def test_at_the_sizes_users_run_no_verdict_is_wrong(n):
         additive_coupled += [s] if got[frozenset(("lr", "decay"))] == "coupled" else []
         decided_right += planted == "coupled"
         null = coupling_analysis(moderate_study(s, n=n, coupled=False), UNIT_SPACE, seed=s)
-        null_coupled += [s] if any(c.verdict().startswith("coupled") for c in null) else []
+        null_coupled += [s] if any(c.verdict_key == "coupled" for c in null) else []
         for c in null:
             if not c.decided:
                 assert c.more_trials is not None and "more trials" in c.verdict(), c
@@ -310,7 +310,7 @@ def test_curves_as_observations_of_steps_keep_the_law_honest_and_narrow_it():
     assert len(stated) == 20 and covered >= 18, [(law.alpha_ci_low, law.alpha_ci_high) for law in stated]
     width = lambda fits: np.median([f.alpha_ci_high - f.alpha_ci_low for f, _ in fits if f.stated])  # noqa: E731
     assert width(with_curves) < 0.6 * width(finals)
-    assert all(c.verdict().startswith("coupled") for _, c in with_curves)
+    assert all(c.verdict_key == "coupled" for _, c in with_curves)
 
 
 @pytest.mark.slow
@@ -320,7 +320,7 @@ def test_curves_as_observations_do_not_invent_a_coupling_of_steps():
     pair coupled; with the per-trial offset, steps x lr is called coupled in at most 1 of 20 (0
     measured, "no sign" in 20), and no law is stated."""
     fits = [_steps_fit(s, n=20, alpha=0.0, curves=True) for s in STUDIES]
-    assert sum(c.verdict().startswith("coupled") for _, c in fits) <= 1, [c.verdict() for _, c in fits]
+    assert sum(c.verdict_key == "coupled" for _, c in fits) <= 1, [c.verdict() for _, c in fits]
     assert sum(law.stated for law, _ in fits) <= 1
 
 
@@ -390,5 +390,5 @@ def test_the_demos_coupled_pair_is_never_called_one_at_a_time_on_a_design_that_c
     for seed in range(10):
         pair = next(c for c in coupling_analysis(trials, DEMO_SPACE, seed=seed)
                     if {c.param_a, c.param_b} == {"lora_rank", "lr"})
-        assert not pair.verdict().startswith("no sign"), (seed, pair.sentence())
+        assert not pair.verdict_key == "no sign of coupling", (seed, pair.sentence())
         assert pair.ci_high > 0.3 and pair.strength > 0.1, (seed, pair.sentence())
