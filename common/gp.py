@@ -128,7 +128,7 @@ class BayesGP:
         n = len(self.x)
         self._low = np.tril_indices(n)
         self._low_diag = np.flatnonzero(self._low[0] == self._low[1])
-        self._low_roots = [(gs, [r[self._low] for r in rxx], rxq, rqq, w) for gs, rxx, rxq, rqq, w in self._roots]
+        self._low_roots = [(gs, np.stack([r[self._low] for r in rxx]), rxq, rqq, w) for gs, rxx, rxq, rqq, w in self._roots]
         self._low_same = None if self._same is None else self._same[self._low]
         # where each cell goes in an (n, n) array whose transpose (Fortran order) holds it in its
         # lower triangle: what dpotrf reads without a copy
@@ -161,7 +161,8 @@ class BayesGP:
         """Each knob's centred kernel between the trials, (rows of `ls`, trials, trials), for each
         row of length scales `ls` (rows, knobs): the knobs of one grid at once, from the distances'
         roots; the (trials, trials) terms one knob at a time, so that they stay in cache. `lower`:
-        the lower triangle's cells alone, (rows, cells), in `_low`'s order: the same values."""
+        the lower triangle's cells alone, (rows, cells), in `_low`'s order (the knobs of a grid
+        together, half the size): the same values."""
         out: list[np.ndarray] = [np.empty(0)] * len(self.groups)
         for gs, rxx, rxq, rqq, w in self._low_roots if lower else self._roots:
             inv = 1.0 / ls[:, gs]  # (rows, knobs)
@@ -170,15 +171,17 @@ class BayesGP:
             kqq = mq @ w
             v = np.maximum((np.diagonal(kq, axis1=2, axis2=3) - mq * mq / kqq[..., None]) @ w, 1e-9)
             m1 = (_m52t(rxq * inv[:, :, None, None]) @ w) / np.sqrt(kqq)[..., None]  # (rows, knobs, trials)
+            if lower:  # the grid's knobs together: (rows, knobs, cells)
+                kg = _m52t(rxx * inv[:, :, None])
+                kg -= m1.take(self._low[0], axis=2) * m1.take(self._low[1], axis=2)
+                kg /= v[:, :, None]
+                for k, g in enumerate(gs):
+                    out[g] = kg[:, k]
+                continue
             for k, g in enumerate(gs):
-                if lower:
-                    kg = _m52t(rxx[k] * inv[:, k, None])
-                    kg -= np.take(m1[:, k], self._low[0], axis=1) * np.take(m1[:, k], self._low[1], axis=1)
-                    kg /= v[:, k, None]
-                else:
-                    kg = _m52t(rxx[k] * inv[:, k, None, None])
-                    kg -= m1[:, k, :, None] * m1[:, k, None, :]
-                    kg /= v[:, k, None, None]
+                kg = _m52t(rxx[k] * inv[:, k, None, None])
+                kg -= m1[:, k, :, None] * m1[:, k, None, :]
+                kg /= v[:, k, None, None]
                 out[g] = kg
         return out
 
