@@ -30,7 +30,7 @@ from ._samplers import make_sampler, sampler_spec
 from ._study import describe_objectives, make_storage, open_study, study_qmc_seed
 from ._result import TrialResult
 from ._tracking import SAMPLES_DIR, SafeTracker, redact
-from ._workers import RayPool, in_ray_job, runtime_env, start_ray
+from ._workers import RayPool, import_paths, in_ray_job, runtime_env, start_ray
 
 __all__ = ["Outcome", "RunConfig", "run_sweep", "write_study_reports"]
 
@@ -216,7 +216,7 @@ def _workers(cfg: RunConfig, study: Any) -> tuple[RayPool, Any]:
     target = get_objective(cfg.objective).target
     workers = workers_that_fit(cfg.workers, cpus, options["num_gpus"], ray.cluster_resources())
     pool = RayPool(workers, options, target, cfg.builtin, cfg.model, data, cfg.health, cfg.samples, int(cpus),
-                   () if cluster else (os.getcwd(),), cfg.score, rung_board(cfg, study))
+                   () if cluster else tuple(import_paths()), cfg.score, rung_board(cfg, study))
     return pool, packing_for(cfg, pool, int(gpus), study, card) if packed else None
 
 

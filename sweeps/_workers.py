@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import sys
@@ -152,9 +153,10 @@ class TrialWorker:
                  health: Mapping[str, Any] | None = None, samples: Mapping[str, Any] | None = None,
                  threads: int = 1, import_from: Sequence[str] = (), score: str = "final",
                  board: Any = None) -> None:
-        # a plug-in module is imported from the sweep's working directory first: Ray hands a
-        # worker the sys.path its driver had when Ray started, which in a process that runs
-        # several sweeps (a notebook) may be an earlier sweep's directory
+        # a plug-in module is imported from where the driver imports it now (its working directory
+        # first, then its extra sys.path entries): Ray hands a worker the paths its driver had
+        # when Ray started, which in a process that runs several sweeps (a notebook) may be an
+        # earlier sweep's directory, without a folder added to sys.path since
         sys.path[:0] = list(import_from)
         self.objective, self.builtin, self.model = objective, builtin, model
         self.data = data if data is None or isinstance(data, str) else unpack_folder(data)
@@ -301,11 +303,31 @@ def start_ray(address: str | None, *, num_cpus: int, runtime_env: dict[str, Any]
     elif address:
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level="error")
     else:
-        ray.init(
-            num_cpus=num_cpus, include_dashboard=False, runtime_env=runtime_env,
-            log_to_driver=False, logging_level="error", _node_ip_address="127.0.0.1",
-            object_store_memory=128 * 1024 * 1024,
-        )
+        # the local Ray's processes inherit the environment its raylet starts with: the env_vars
+        # set in this process's environment while it starts, not passed as a runtime_env, whose
+        # agent made every worker process (each trial actor, each replacement) start about 0.45 s
+        # later (benchmarks/RESULTS.md)
+        with _environment(runtime_env.get("env_vars") or {}):
+            ray.init(
+                num_cpus=num_cpus, include_dashboard=False,
+                log_to_driver=False, logging_level="error", _node_ip_address="127.0.0.1",
+                object_store_memory=128 * 1024 * 1024,
+            )
+
+
+@contextlib.contextmanager
+def _environment(values: Mapping[str, str]) -> Generator[None, None, None]:
+    """os.environ with `values` set, as it was again afterwards."""
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def pack_folder(root: str) -> dict[str, bytes]:
@@ -333,8 +355,12 @@ def runtime_env(*, cluster: bool) -> dict[str, Any]:
     if cluster:
         return {"working_dir": os.getcwd(),
                 "excludes": ["csweep_runs/", ".git/", "*.db", "mlartifacts/", "__pycache__/", "*.safetensors"]}
+    return {"env_vars": {"PYTHONPATH": os.pathsep.join(import_paths())}}
+
+
+def import_paths() -> list[str]:
+    """Where this process imports from beyond the Python installation: its working directory and
+    the extra entries of sys.path (a checkout on PYTHONPATH, a folder a notebook added)."""
     prefixes = (sys.prefix, sys.base_prefix)
-    paths = [os.getcwd()] + [
-        p for p in sys.path if p and os.path.isdir(p) and not p.startswith(prefixes)
-    ]
-    return {"env_vars": {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}}
+    paths = [os.getcwd()] + [p for p in sys.path if p and os.path.isdir(p) and not p.startswith(prefixes)]
+    return list(dict.fromkeys(paths))

@@ -427,3 +427,31 @@ def test_relative_storage_and_tracking_urls_are_the_folder_each_command_runs_in(
         assert exp is not None and client.get_experiment_by_name(other) is None
         assert len(client.search_runs([exp.experiment_id])) == 3  # the parent and its two trials
         assert (project / "csweep_runs" / "reports" / name / "trials.csv").is_file()
+
+
+def test_a_plug_in_in_a_folder_added_to_sys_path_after_ray_started_is_imported_by_the_workers(
+        tmp_path, monkeypatch, capsys):
+    """As a notebook does: a first sweep starts Ray; then a folder of plug-ins goes onto sys.path
+    and the next sweep, from another directory, names a module there. Its workers import it from
+    where the driver imports it now (they once had only the paths Ray started with, and every
+    trial failed: "No module named ...")."""
+    from helpers import in_process
+
+    space = "name: {name}\nobjective: {module}:objective\nparams:\n  x: {{type: float, low: 0.0, high: 1.0}}\n"
+    first = tmp_path / "first"
+    first.mkdir()
+    (first / "userobj.py").write_text("def objective(params):\n    return {'val_loss': params['x'], 'peak_mem_mb': 1.0}\n")
+    (first / "space.yaml").write_text(space.format(name="first", module="userobj"))
+    assert in_process(first, monkeypatch, capsys)("run", "space.yaml", "--trials", "2", "--no-progress").returncode == 0
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "libobj.py").write_text("def objective(params):\n    return {'val_loss': 5 + params['x'], 'peak_mem_mb': 1.0}\n")
+    monkeypatch.syspath_prepend(str(lib))
+    second = tmp_path / "second"
+    second.mkdir()
+    (second / "space.yaml").write_text(space.format(name="second", module="libobj"))
+    res = in_process(second, monkeypatch, capsys)("run", "space.yaml", "--trials", "2", "--no-progress")
+    assert res.returncode == 0, res.stderr
+    study, _ = load(second, "second")
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 2
+    assert all(5 <= t.values[0] <= 6 for t in study.trials), [t.values for t in study.trials]
