@@ -77,6 +77,7 @@ def analyse(study: Any, *, n_boot: int = 48) -> StudyReport:
     front = pareto_frame(study, trials)
     pts = objectives.minimized(ok)  # maximized objectives negated
     ref = reference_point(pts) if len(pts) else None
+    hv = hypervolume(pts, ref) if ref else 0.0
     numeric, categorical = numeric_params(study), categorical_params(study)
     fit = converged(ok)  # the response-surface analyses leave out the runs that never settled
     left_out = ok[~ok["trial"].isin(fit["trial"])]
@@ -87,7 +88,7 @@ def analyse(study: Any, *, n_boot: int = 48) -> StudyReport:
     pairs = pair_conclusions(couplings, stability)
     seeds = _seed_noise(trials, ok, fit, front, objectives)
     summary = {
-        **_counts_and_front(study, trials, ok, fit, left_out, front, objectives, ref),
+        **_counts_and_front(study, trials, ok, fit, left_out, front, objectives, ref, hv),
         **seeds.summary,
         "stability": stability_frame(stability).drop(columns=["advice"]).to_dict("records"),
         "stability_runs": stability.n_runs,
@@ -135,9 +136,8 @@ def _surface(study: Any, trials: pd.DataFrame, fit: pd.DataFrame, numeric: dict[
 
 def _counts_and_front(study: Any, trials: pd.DataFrame, ok: pd.DataFrame, fit: pd.DataFrame,
                       left_out: pd.DataFrame, front: pd.DataFrame, objectives: Objectives,
-                      ref: list[float] | None) -> dict[str, Any]:
+                      ref: list[float] | None, hv: float) -> dict[str, Any]:
     """The summary's head: what the study holds, which trials the fits read, and its front."""
-    pts = objectives.minimized(ok)
     return {
         "study": study.study_name,
         "objectives": list(objectives.names),
@@ -156,7 +156,7 @@ def _counts_and_front(study: Any, trials: pd.DataFrame, ok: pd.DataFrame, fit: p
         "pareto_size": len(front),
         "pareto_trials": [int(t) for t in front["trial"]],
         "best_val_loss": float(ok["val_loss"].min()) if len(ok) else None,
-        "hypervolume": hypervolume(pts, ref) if ref else 0.0,
+        "hypervolume": hv,
         # in the objectives' own units (a maximized one's reference lies below its worst value)
         "reference_point": [float(v) for v in np.asarray(ref) * objectives.signs] if ref else None,
         "reference_point_rule": REFERENCE_RULE,
