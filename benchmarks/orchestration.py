@@ -235,7 +235,7 @@ def warm_workers() -> None:
     for _ in range(3):
         t0 = time.perf_counter()
         out = worker.run({"steps": 1})
-        times.append(time.perf_counter() - t0 - out["metrics"]["train_seconds"])
+        times.append(time.perf_counter() - t0 - out.metrics["train_seconds"])
     print(f"start-up (trial time minus training): cold {times[0]:.3f} s, warm {times[1]:.3f} s, "
           f"{times[2]:.3f} s; cold / warm = {times[0] / times[1]:.1f}x")
 
@@ -252,12 +252,11 @@ def main() -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
 
-    from sweeps._workers import runtime_env
+    from sweeps._workers import runtime_env, start_ray
 
     tmp = Path(tempfile.mkdtemp(prefix="csweep-bench-"))
     os.chdir(Path(__file__).resolve().parent)  # the sleep objective travels from here
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="error",
-             runtime_env=runtime_env(cluster=False), _node_ip_address="127.0.0.1")
+    start_ray(None, num_cpus=2, runtime_env=runtime_env(cluster=False))  # the local Ray csweep starts
     print(f"# orchestration benchmark  {time.strftime('%Y-%m-%d')}  {platform.platform()}  "
           f"{os.cpu_count()} CPUs  python {platform.python_version()}")
     csweep_run(4, 2, SLEEP, tmp / "warm", "warm")  # the first Ray use pays worker start-up

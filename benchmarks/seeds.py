@@ -46,12 +46,11 @@ def main() -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
 
-    from sweeps._workers import runtime_env
+    from sweeps._workers import runtime_env, start_ray
 
     tmp = Path(tempfile.mkdtemp(prefix="csweep-seeds-"))
     os.chdir(Path(__file__).resolve().parent)  # the sleep objective travels from here
-    ray.init(num_cpus=max(2, args.k), include_dashboard=False, log_to_driver=False, logging_level="error",
-             runtime_env=runtime_env(cluster=False), _node_ip_address="127.0.0.1")
+    start_ray(None, num_cpus=max(2, args.k), runtime_env=runtime_env(cluster=False))  # the local Ray csweep starts
     print(f"# seed replicates  {time.strftime('%Y-%m-%d')}  {platform.platform()}  {os.cpu_count()} CPUs")
     run(2, args.k, 1, 0.0, tmp / "warm", "warm")  # the first Ray use pays worker start-up
     one = run(args.configs, 1, 1, args.sleep, tmp / "one", "one")
