@@ -4,15 +4,12 @@ the machine's cache."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from common.cache import cache_root  # noqa: F401 - the machine's cache, re-exported
 
 TINY_MODELS = ("tiny", "tiny-sdxl")
 SHIPPED = Path(__file__).parent / "tiny_models"
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("CSWEEP_CACHE", Path.home() / ".cache" / "csweep"))
 
 
 def shipped_dir(name: str) -> Path:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
+import shutil
+import sqlite3
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -16,6 +20,63 @@ EXPERIMENT_KIND_TAG = ("mlflow.experimentKind", "custom_model_development")
 
 
 SAMPLES_DIR = "samples/"
+SQLITE = "sqlite:///"
+
+
+def seed_store(uri: str) -> None:
+    """A local SQLite store that does not exist yet starts as a copy of an empty one that this
+    MLflow made before on this machine (`empty_store`), instead of MLflow creating it and running
+    its schema's migrations on it: about a second of CPU at every first sweep in a folder
+    (benchmarks/RESULTS.md). MLflow then opens it as a store of its own version and adds its
+    Default experiment, as on a store it made. Where anything goes wrong the store is left to
+    MLflow, and a store another process made meanwhile is never replaced."""
+    path = uri[len(SQLITE):] if uri.startswith(SQLITE) else ""
+    if not path or "?" in path or path.startswith((":memory:", "file:")) or os.path.exists(path):
+        return
+    empty = empty_store()
+    if empty is None:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=folder) as tmp:
+            copy = os.path.join(tmp, "store.db")
+            shutil.copyfile(empty, copy)
+            with contextlib.suppress(FileExistsError):  # another driver's store: theirs stays
+                os.link(copy, path)
+    except OSError:  # a folder it may not write: MLflow says so on opening
+        pass
+
+
+def empty_store() -> Path | None:
+    """An empty store of this MLflow's schema, made once per MLflow version in the machine's cache
+    (common.cache): MLflow's own tables and migrations, no experiment. None where it cannot be
+    made."""
+    import mlflow
+
+    from common.cache import cache_root
+
+    target = cache_root() / "mlflow" / f"empty-store-{mlflow.__version__}.db"
+    if target.is_file():
+        return target
+    try:
+        from mlflow.tracking import MlflowClient
+
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+            db = Path(tmp) / "store.db"
+            MlflowClient(tracking_uri=f"{SQLITE}{db}").search_experiments()  # MLflow makes its store
+            whole = Path(tmp) / "whole.db"
+            with contextlib.closing(sqlite3.connect(db)) as con, contextlib.closing(sqlite3.connect(whole)) as out:
+                con.execute("DELETE FROM experiment_tags")  # its Default experiment: MLflow makes it
+                con.execute("DELETE FROM experiments")  # again where the copy is opened
+                con.commit()
+                con.backup(out)  # one file: a store in WAL mode (tune_sqlite) holds its last pages in its log
+                out.execute("PRAGMA journal_mode=DELETE")
+            os.replace(whole, target)
+    except Exception:  # noqa: BLE001 - MLflow makes each store itself, as without the cache
+        return None
+    return target
 
 
 def redact(uri: str) -> str:
@@ -47,6 +108,7 @@ class Tracker:
 
         self.uri = uri
         self._mlflow = mlflow
+        seed_store(uri)
         self.client = MlflowClient(tracking_uri=uri)
         exp = self.client.get_experiment_by_name(experiment)
         if exp is None:
