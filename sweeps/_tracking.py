@@ -33,12 +33,11 @@ def seed_store(uri: str) -> None:
     path = uri[len(SQLITE):] if uri.startswith(SQLITE) else ""
     if not path or "?" in path or path.startswith((":memory:", "file:")) or os.path.exists(path):
         return
-    empty = empty_store()
+    folder = os.path.dirname(os.path.abspath(path))
+    empty = empty_store() if os.path.isdir(folder) else None  # no folder: MLflow says so, as before
     if empty is None:
         return
-    folder = os.path.dirname(os.path.abspath(path))
     try:
-        os.makedirs(folder, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=folder) as tmp:
             copy = os.path.join(tmp, "store.db")
             shutil.copyfile(empty, copy)

@@ -28,7 +28,7 @@ def test_a_new_folders_store_is_the_one_mlflow_makes_and_an_existing_one_is_left
     migrations its log still held), the empty store in the cache and a folder's store copied from
     it have the schema MLflow gives a store it makes itself: every table, at its last migration.
     Opened in a new process, the copy holds MLflow's Default experiment and takes a study's
-    experiment and runs. A store that exists is never replaced."""
+    experiment and runs. A store that exists is never replaced, and no folder is made for one."""
     monkeypatch.setenv("CSWEEP_CACHE", str(tmp_path / "cache"))
     tune_sqlite()
     own = tmp_path / "own" / "mlflow.db"
@@ -42,6 +42,9 @@ def test_a_new_folders_store_is_the_one_mlflow_makes_and_an_existing_one_is_left
         assert con.execute("SELECT COUNT(*) FROM experiments").fetchone() == (0,)
 
     store = tmp_path / "sweep" / "csweep_runs" / "mlflow.db"
+    seed_store(f"sqlite:///{store}")  # no folder: none made, MLflow says so as it would
+    assert not store.parent.exists()
+    store.parent.mkdir(parents=True)
     tracker = Tracker(f"sqlite:///{store}", "study")
     run = tracker.client.create_run(tracker.experiment_id).info.run_id
     tracker.client.log_metric(run, "val_loss", 0.5)
