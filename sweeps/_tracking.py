@@ -20,7 +20,6 @@ EXPERIMENT_KIND_TAG = ("mlflow.experimentKind", "custom_model_development")
 
 
 SAMPLES_DIR = "samples/"
-SQLITE = "sqlite:///"
 
 
 def seed_store(uri: str) -> None:
@@ -30,8 +29,15 @@ def seed_store(uri: str) -> None:
     (benchmarks/RESULTS.md). MLflow then opens it as a store of its own version and adds its
     Default experiment, as on a store it made. Where anything goes wrong the store is left to
     MLflow, and a store another process made meanwhile is never replaced."""
-    path = uri[len(SQLITE):] if uri.startswith(SQLITE) else ""
-    if not path or "?" in path or path.startswith((":memory:", "file:")) or os.path.exists(path):
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:  # read as check_storage_url reads a storage URL: SQLAlchemy's own parse
+        url = make_url(uri)
+    except ArgumentError:
+        return
+    path = url.database if url.get_backend_name() == "sqlite" and not url.query else None
+    if not path or path.startswith((":memory:", "file:")) or os.path.exists(path):
         return
     folder = os.path.dirname(os.path.abspath(path))
     empty = empty_store() if os.path.isdir(folder) else None  # no folder: MLflow says so, as before
@@ -64,7 +70,7 @@ def empty_store() -> Path | None:
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
             db = Path(tmp) / "store.db"
-            MlflowClient(tracking_uri=f"{SQLITE}{db}").search_experiments()  # MLflow makes its store
+            MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()  # MLflow makes its store
             whole = Path(tmp) / "whole.db"
             with contextlib.closing(sqlite3.connect(db)) as con, contextlib.closing(sqlite3.connect(whole)) as out:
                 con.execute("DELETE FROM experiment_tags")  # its Default experiment: MLflow makes it
