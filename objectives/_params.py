@@ -327,5 +327,6 @@ class Knobs:
 
     @property
     def copies_text_encoders(self) -> bool:
-        """A trial trains its own copy of the text encoders when it unfreezes or adapts them."""
+        """A trial trains its own copy of the text encoders when it unfreezes or adapts them (with
+        adapters alone, a copy of their structure over the shared frozen weights)."""
         return self.freeze != "embedding_only" or self.lora_text

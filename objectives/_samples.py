@@ -128,13 +128,16 @@ def draw_samples(
 ) -> Samples:
     """Per concept, every prompt x seed, through StableDiffusion(XL)Pipeline. `text_encoders`
     and `unet` are the trial's (the base's own where it trained none of them); the encoders are
-    copied, since loading an embedding resizes the encoder it goes into."""
+    copied, their token embeddings alone with their weights (loading an embedding writes its rows
+    there), the rest as structures over the same weights (an SDXL encoder pair is 3.3 GB)."""
     import diffusers
     import numpy as np
     import torch
     from safetensors.torch import load
 
-    encoders = [copy.deepcopy(te) for te in text_encoders]
+    from ._trainables import over_same_weights
+
+    encoders = [over_same_weights(te, except_=(te.get_input_embeddings().weight,)) for te in text_encoders]
     tokenizers = [copy.deepcopy(t) for t in base.tokenizers]
     sched = getattr(diffusers, SCHEDULERS[cfg.scheduler]).from_config(base.scheduler.config)
     common = dict(vae=base.vae, unet=unet, scheduler=sched)

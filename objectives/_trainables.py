@@ -203,8 +203,12 @@ def build_parts(base: BaseModel, knobs: Knobs, concepts: ConceptSet, gen: torch.
     for tok in tokenizers:
         if tok.add_tokens(flat) != len(flat):
             raise ValueError(f"placeholder tokens {flat} clash with the tokenizer's vocabulary")
-    encoders = [copy.deepcopy(te) if knobs.copies_text_encoders else te for te in base.text_encoders]
-    unet = copy.deepcopy(base.unet) if knobs.lora_unet else base.unet
+    # an encoder whose own weights stay frozen (LoRA on embedding_only) and the UNet a LoRA is
+    # added to are copied as structures over the base's weights: the adapters go on the copy, the
+    # frozen weights they wrap are not duplicated; an encoder whose weights train is copied whole
+    encoders = [(over_same_weights(te) if knobs.freeze == "embedding_only" else copy.deepcopy(te))
+                if knobs.copies_text_encoders else te for te in base.text_encoders]
+    unet = over_same_weights(base.unet) if knobs.lora_unet else base.unet
     encoders = _adapted(base, knobs, encoders, unet)
     concept_embs, embeddings = [], []
     for i, (te, tok) in enumerate(zip(encoders, tokenizers)):
@@ -225,6 +229,16 @@ def build_parts(base: BaseModel, knobs: Knobs, concepts: ConceptSet, gen: torch.
         {n: p for n, p in unet.named_parameters() if p.requires_grad} if knobs.lora_unet else {},
     )
     return TrialParts(tokens, tokenizers, encoders, unet, trainables, embeddings, checkpointed)
+
+
+def over_same_weights(module: torch.nn.Module, *, except_: tuple[torch.Tensor, ...] = ()) -> torch.nn.Module:
+    """A copy of `module`'s structure (its submodules, their attributes) whose parameters and
+    buffers are the original's own tensors, but for `except_`, which are copied: what a trial adds
+    its adapters to without copying the frozen weights under them (an SDXL UNet's 10 GB in fp32,
+    its text encoders' 3.3 GB). Only for modules whose other weights stay as they are."""
+    copied = {id(t) for t in except_}
+    shared = {id(t): t for t in (*module.parameters(), *module.buffers()) if id(t) not in copied}
+    return copy.deepcopy(module, shared)
 
 
 def _adapted(base: BaseModel, knobs: Knobs, encoders: list[torch.nn.Module],

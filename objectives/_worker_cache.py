@@ -23,13 +23,23 @@ def pick_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-@functools.lru_cache(maxsize=2)
 def cached_base_model(spec: str, device: str, precision: str = "fp32") -> BaseModel:
-    """Built or loaded once per process: a Ray worker reuses it for every trial it runs."""
+    """Built or loaded once per process: a Ray worker reuses it for every trial it runs. One per
+    (spec, device, precision) however it is called: `cached_base_model("tiny", "cpu")` is the
+    model a trial of precision fp32 trains on, not a second one (an lru_cache keys a call by the
+    arguments it was given, so a defaulted precision would be another key)."""
+    return _base_model(spec, device, precision)
+
+
+@functools.lru_cache(maxsize=2)
+def _base_model(spec: str, device: str, precision: str) -> BaseModel:
     base = load_base_model(spec)
     for module in base.modules():
         module.to(device=device, dtype=DTYPES[precision])
     return base
+
+
+cached_base_model.cache_clear = _base_model.cache_clear  # type: ignore[attr-defined]
 
 
 @functools.lru_cache(maxsize=4)

@@ -312,7 +312,36 @@ def test_gradient_checkpointing_lowers_memory_and_keeps_the_loss():
     assert ckpt["val_loss"] == pytest.approx(plain["val_loss"], rel=1e-5)
     assert ckpt["history"]["train_loss"] == pytest.approx(plain["history"]["train_loss"], rel=1e-5)
     # the worker's shared UNet is left as it was found
-    assert not cached_base_model("tiny", "cpu").unet.is_gradient_checkpointing
+    assert not parts["base"].unet.is_gradient_checkpointing
+    assert parts["base"] is cached_base_model("tiny", "cpu")
+
+
+def test_a_lora_trial_adds_its_adapters_over_the_workers_weights_and_leaves_them_as_they_were():
+    """LoRA on the UNet and the text encoders: the trial's modules hold the worker's shared frozen
+    weights themselves (no copy of them, the memory an SDXL UNet's copy took), its adapters are its
+    own, and the base model keeps its modules, its weights' values and their frozen state; a trial
+    that trains encoder weights (freeze full) copies those weights and leaves the base's alone. The
+    samples, whose pipeline loads the learned embedding into its encoders, leave them too."""
+    base = cached_base_model("tiny", "cpu")
+    before = {id(m): {k: v.clone() for k, v in m.state_dict().items()} for m in base.modules()}
+    layout = {id(m): sorted(n for n, _ in m.named_modules()) for m in base.modules()}
+    run = train({**FAST, "lora_rank": 4, "lora_targets": "both", "steps": 3},
+                samples={"seeds": [0], "steps": 2})  # the samples load the embedding into their encoders
+    assert any(name.startswith("samples/") for name in run.result["artifacts"])
+    parts = {"unet": run.unet, "text_encoders": run.text_encoders}
+    _, full = trained_parts({"freeze": "full", "steps": 3})
+    for m in base.modules():
+        assert sorted(n for n, _ in m.named_modules()) == layout[id(m)]
+        assert all(torch.equal(v, before[id(m)][k]) for k, v in m.state_dict().items())
+        assert not any(p.requires_grad for p in m.parameters())
+    for trial, shared in ((parts["unet"], base.unet), *zip(parts["text_encoders"], base.text_encoders)):
+        assert trial is not shared and any("lora_" in n for n, _ in trial.named_parameters())
+        ptrs = {p.data_ptr() for n, p in trial.named_parameters() if "lora_" not in n}
+        assert ptrs == {p.data_ptr() for p in shared.parameters()}
+    trained = {n for n, p in full["text_encoders"][0].named_parameters() if p.requires_grad}
+    base_ptrs = {p.data_ptr() for p in base.text_encoders[0].parameters()}
+    assert trained and not any(p.data_ptr() in base_ptrs for n, p in full["text_encoders"][0].named_parameters()
+                               if n in trained)
 
 
 def test_gradient_checkpointing_on_trained_encoders_too():
