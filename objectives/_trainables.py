@@ -85,27 +85,28 @@ def used_layers(text_encoder: torch.nn.Module, index: int, *, sdxl: bool) -> lis
 
 def unfreeze(text_encoder: torch.nn.Module, mode: str, layers: int, used: list[int]) -> None:
     """Freeze modes beyond the concept rows (which always train). The token embedding matrix
-    itself never trains, nor do layers whose output is unused."""
+    itself never trains, nor do layers whose output is unused. `text_encoder` is the trial's
+    copy over the base's frozen weights (over_same_weights): each weight it trains becomes a copy
+    of its own (the base's stays frozen and as it was); the rest stays shared."""
     layer_list = _inner(text_encoder).encoder.layers
     if mode == "embedding_only":
         return
     if layers > len(used) and mode == "top_layers":
         raise ValueError(f"unfreeze_layers must be <= the encoder's {len(used)} used layers, got {layers}")
     if mode == "attention_only":
-        for i in used:
-            for name in LORA_TEXT_TARGETS:
-                getattr(layer_list[i].self_attn, name).requires_grad_(True)
+        chosen = [getattr(layer_list[i].self_attn, name) for i in used for name in LORA_TEXT_TARGETS]
+        owners = [sub for m in chosen for sub in m.modules()]
     elif mode == "top_layers":
-        for i in used[len(used) - layers:]:
-            layer_list[i].requires_grad_(True)
-    elif mode == "full":
+        owners = [sub for i in used[len(used) - layers:] for sub in layer_list[i].modules()]
+    else:  # full: every weight but the token embedding matrix, the unused layers' and then the final norm's
         unused = {f"layers.{i}." for i in range(len(layer_list)) if i not in used}
-        for name, p in text_encoder.named_parameters():
-            if "token_embedding" in name or any(u in name for u in unused):
-                continue
-            if unused and "final_layer_norm" in name:
-                continue
-            p.requires_grad_(True)
+        owners = [m for name, m in text_encoder.named_modules()
+                  if "token_embedding" not in name and not any(u in name + "." for u in unused)
+                  and not (unused and "final_layer_norm" in name)]
+    for owner in owners:  # each weight it trains a copy of its own (a LoRA's adapters are already)
+        for name, p in list(owner._parameters.items()):
+            if p is not None and not p.requires_grad:
+                owner._parameters[name] = torch.nn.Parameter(p.detach().clone(), requires_grad=True)
 
 
 def lora_text_pattern(used: list[int]) -> str:
@@ -203,11 +204,10 @@ def build_parts(base: BaseModel, knobs: Knobs, concepts: ConceptSet, gen: torch.
     for tok in tokenizers:
         if tok.add_tokens(flat) != len(flat):
             raise ValueError(f"placeholder tokens {flat} clash with the tokenizer's vocabulary")
-    # an encoder whose own weights stay frozen (LoRA on embedding_only) and the UNet a LoRA is
-    # added to are copied as structures over the base's weights: the adapters go on the copy, the
-    # frozen weights they wrap are not duplicated; an encoder whose weights train is copied whole
-    encoders = [(over_same_weights(te) if knobs.freeze == "embedding_only" else copy.deepcopy(te))
-                if knobs.copies_text_encoders else te for te in base.text_encoders]
+    # the encoders a trial adapts or unfreezes and the UNet a LoRA is added to are copied as
+    # structures over the base's weights: the adapters go on the copy, and of the frozen weights
+    # only those the freeze mode trains are copied (unfreeze)
+    encoders = [over_same_weights(te) if knobs.copies_text_encoders else te for te in base.text_encoders]
     unet = over_same_weights(base.unet) if knobs.lora_unet else base.unet
     encoders = _adapted(base, knobs, encoders, unet)
     concept_embs, embeddings = [], []

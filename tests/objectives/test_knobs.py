@@ -320,8 +320,9 @@ def test_a_lora_trial_adds_its_adapters_over_the_workers_weights_and_leaves_them
     """LoRA on the UNet and the text encoders: the trial's modules hold the worker's shared frozen
     weights themselves (no copy of them, the memory an SDXL UNet's copy took), its adapters are its
     own, and the base model keeps its modules, its weights' values and their frozen state; a trial
-    that trains encoder weights (freeze full) copies those weights and leaves the base's alone. The
-    samples, whose pipeline loads the learned embedding into its encoders, leave them too."""
+    that trains encoder weights (freeze full, attention_only beside a LoRA, top_layers) copies those
+    weights alone and leaves the base's as they were. The samples, whose pipeline loads the
+    learned embedding into its encoders, leave them too."""
     base = cached_base_model("tiny", "cpu")
     before = {id(m): {k: v.clone() for k, v in m.state_dict().items()} for m in base.modules()}
     layout = {id(m): sorted(n for n, _ in m.named_modules()) for m in base.modules()}
@@ -329,7 +330,9 @@ def test_a_lora_trial_adds_its_adapters_over_the_workers_weights_and_leaves_them
                 samples={"seeds": [0], "steps": 2})  # the samples load the embedding into their encoders
     assert any(name.startswith("samples/") for name in run.result["artifacts"])
     parts = {"unet": run.unet, "text_encoders": run.text_encoders}
-    _, full = trained_parts({"freeze": "full", "steps": 3})
+    unfrozen = {mode: trained_parts({"freeze": mode, "steps": 3, **extra})[1]["text_encoders"][0]
+                for mode, extra in (("full", {}), ("attention_only", {"lora_rank": 4, "lora_targets": "text"}),
+                                    ("top_layers", {"unfreeze_layers": 1}))}
     for m in base.modules():
         assert sorted(n for n, _ in m.named_modules()) == layout[id(m)]
         assert all(torch.equal(v, before[id(m)][k]) for k, v in m.state_dict().items())
@@ -338,10 +341,12 @@ def test_a_lora_trial_adds_its_adapters_over_the_workers_weights_and_leaves_them
         assert trial is not shared and any("lora_" in n for n, _ in trial.named_parameters())
         ptrs = {p.data_ptr() for n, p in trial.named_parameters() if "lora_" not in n}
         assert ptrs == {p.data_ptr() for p in shared.parameters()}
-    trained = {n for n, p in full["text_encoders"][0].named_parameters() if p.requires_grad}
     base_ptrs = {p.data_ptr() for p in base.text_encoders[0].parameters()}
-    assert trained and not any(p.data_ptr() in base_ptrs for n, p in full["text_encoders"][0].named_parameters()
-                               if n in trained)
+    for mode, te in unfrozen.items():  # what trains is the trial's own; what does not, the base's
+        trains = {n: p.requires_grad for n, p in te.named_parameters() if "lora_" not in n}
+        assert any(trains.values()) and not all(trains.values()), mode
+        for name, p in te.named_parameters():
+            assert (p.data_ptr() in base_ptrs) == (not p.requires_grad), (mode, name)
 
 
 def test_gradient_checkpointing_on_trained_encoders_too():
