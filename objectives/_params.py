@@ -327,6 +327,6 @@ class Knobs:
 
     @property
     def copies_text_encoders(self) -> bool:
-        """A trial trains its own copy of the text encoders when it unfreezes or adapts them (with
-        adapters alone, a copy of their structure over the shared frozen weights)."""
+        """A trial trains its own copy of the text encoders when it unfreezes or adapts them: a copy
+        of their structure over the shared frozen weights, with copies of the weights it trains."""
         return self.freeze != "embedding_only" or self.lora_text
