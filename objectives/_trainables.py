@@ -104,9 +104,9 @@ def unfreeze(text_encoder: torch.nn.Module, mode: str, layers: int, used: list[i
                   if "token_embedding" not in name and not any(u in name + "." for u in unused)
                   and not (unused and "final_layer_norm" in name)]
     for owner in owners:  # each weight it trains a copy of its own (a LoRA's adapters are already)
-        for name, p in list(owner._parameters.items()):
-            if p is not None and not p.requires_grad:
-                owner._parameters[name] = torch.nn.Parameter(p.detach().clone(), requires_grad=True)
+        for name, p in list(owner.named_parameters(recurse=False)):
+            if not p.requires_grad:
+                owner.register_parameter(name, torch.nn.Parameter(p.detach().clone(), requires_grad=True))
 
 
 def lora_text_pattern(used: list[int]) -> str:
