@@ -8,6 +8,7 @@ base model plus the trial's exports loaded the way a user loads them
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from pathlib import Path
 import io
@@ -166,7 +167,11 @@ def draw_samples(
     extra = {"original_size": (size, size), "target_size": (size, size)} if base.is_sdxl else {}
     jobs = [(name, p.replace(PLACEHOLDER, f"<{name}>"), s) for name in names for p in cfg.prompts for s in cfg.seeds]
     images = []
-    with torch.no_grad():
+    # in bf16 / fp16 the pipeline runs under autocast as the trial trained and validated: the
+    # weights a freeze mode trains are fp32 beside the base's half-precision ones
+    half = base.vae.dtype != torch.float32
+    mixed = torch.autocast(torch.device(device).type, dtype=base.vae.dtype) if half else contextlib.nullcontext()
+    with torch.no_grad(), mixed:
         for i in range(0, len(jobs), BATCH):  # a few pipeline calls, not one per image
             chunk = jobs[i: i + BATCH]
             images += list(pipe([j[1] for j in chunk],

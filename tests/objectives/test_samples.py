@@ -27,6 +27,19 @@ def test_sample_settings_accept_what_users_write():
     assert SampleConfig.from_mapping(SampleConfig().to_dict()) == SampleConfig()
 
 
+@pytest.mark.parametrize("knobs", [{"freeze": "top_layers", "unfreeze_layers": 1},
+                                   {"freeze": "attention_only", "lora_rank": 2, "lora_targets": "text"}])
+def test_a_bf16_trial_that_trains_encoder_weights_draws_its_samples(knobs):
+    """In bf16 the weights a freeze mode trains are fp32 beside the base's bf16 ones; the samples'
+    pipeline runs under autocast as training does (it stopped at the first such layer before:
+    "mat1 and mat2 must have the same dtype")."""
+    out = textual_inversion({"steps": 2, "precision": "bf16", **knobs}, samples={"seeds": [0], "steps": 2})
+    for name in SYNTHETIC_CONCEPTS:
+        grid = _grid(out["artifacts"][f"samples/{name}.png"])
+        assert grid.shape == (32, 32, 3) and grid.std() > 0
+    assert np.isfinite(out["fidelity"])
+
+
 @pytest.mark.parametrize("model", ["tiny", "tiny-sdxl"])
 def test_every_trial_draws_the_same_fixed_grid_per_concept(model):
     """A grid per concept (a row per prompt, a column per seed), identical when the trial is
