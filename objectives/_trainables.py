@@ -220,6 +220,9 @@ def build_parts(base: BaseModel, knobs: Knobs, concepts: ConceptSet, gen: torch.
     from diffusers.training_utils import cast_training_params
 
     cast_training_params([unet, *encoders], dtype=torch.float32)  # trainable weights stay fp32
+    if knobs.freeze == "full" and knobs.precision != "fp32":
+        for te in encoders:
+            _after_trained_in_fp32(te)
     # the UNet (shared, or the trial's LoRA copy) and the encoders this trial trains (its copies)
     checkpointed = (checkpointing([unet, *(encoders if knobs.copies_text_encoders else [])], True)
                     if knobs.gradient_checkpointing else [])
@@ -229,6 +232,21 @@ def build_parts(base: BaseModel, knobs: Knobs, concepts: ConceptSet, gen: torch.
         {n: p for n, p in unet.named_parameters() if p.requires_grad} if knobs.lora_unet else {},
     )
     return TrialParts(tokens, tokenizers, encoders, unet, trainables, embeddings, checkpointed)
+
+
+def _after_trained_in_fp32(text_encoder: torch.nn.Module) -> None:
+    """freeze full in bf16/fp16: the weights that stay frozen past the trained ones (SDXL's first
+    encoder's unused last layer and final norm) get fp32 copies of their own, still frozen: the
+    trained layers' fp32 stream runs into them, and the CPU's layer_norm takes no fp32 input with
+    half-precision weights ("mixed dtype (CPU)"). The token embedding matrix, before the stream,
+    stays as it is."""
+    token_embedding = _embeddings_module(text_encoder).token_embedding
+    for module in text_encoder.modules():
+        if module is token_embedding:
+            continue
+        for name, p in list(module.named_parameters(recurse=False)):
+            if not p.requires_grad and p.dtype != torch.float32:
+                module.register_parameter(name, torch.nn.Parameter(p.detach().float(), requires_grad=False))
 
 
 def over_same_weights(module: torch.nn.Module, *, except_: tuple[torch.Tensor, ...] = ()) -> torch.nn.Module:

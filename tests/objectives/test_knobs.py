@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -210,6 +212,20 @@ def test_bf16_trains_with_fp32_trainables_and_less_memory():
     fp32 = textual_inversion({**FAST, "lora_rank": 2})
     assert out["peak_mem_mb"] < fp32["peak_mem_mb"]
     assert out["val_loss"] == pytest.approx(fp32["val_loss"], rel=0.05)
+
+
+@pytest.mark.parametrize("freeze", ["full", "top_layers"])
+def test_bf16_trains_the_freeze_modes_on_sdxls_encoders_and_leaves_the_base_in_bf16(freeze):
+    """freeze full in bf16 on SDXL: the trained layers' fp32 stream runs into the first encoder's
+    unused last layer, frozen, which stopped the first validation on the CPU ("mixed dtype
+    (CPU)"); it now has fp32 weights of its own. The base model stays bf16 and as it was."""
+    base = cached_base_model("tiny-sdxl", "cpu", "bf16")
+    before = {(i, k): v.clone() for i, te in enumerate(base.text_encoders) for k, v in te.state_dict().items()}
+    out, box = trained_parts({"precision": "bf16", "freeze": freeze, "unfreeze_layers": 1, "steps": 2},
+                             model="tiny-sdxl")
+    assert box["base"] is base and math.isfinite(out["val_loss"]) and out["val_loss"] < out["val_loss_init"] * 2
+    after = {(i, k): v for i, te in enumerate(base.text_encoders) for k, v in te.state_dict().items()}
+    assert all(v.dtype == torch.bfloat16 and torch.equal(v, before[k]) for k, v in after.items() if v.is_floating_point())
 
 
 # --- SDXL -----------------------------------------------------------------------------------
