@@ -5,8 +5,10 @@
 #   optimizers  each optimizer's step time and peak on the SD 1.5 shapes (benchmarks/optimizers.py);
 #   packing     memory-aware packing against one trial per GPU on the same configs: wall time,
 #               trials at once, each trial's allocator peak against its reservation (benchmarks/packing.py).
+#   lora        (not in all: about a minute more) a LoRA trial's allocator peak per target, the UNet
+#               LoRA's no longer holding a second UNet (benchmarks/lora_memory.py).
 # Writes its output to ${OUT:-.}/gpu.txt.
-#   bash benchmarks/gpu.sh [all|throughput|optimizers|packing]   (from the repository root, installed)
+#   bash benchmarks/gpu.sh [all|throughput|optimizers|packing|lora]   (from the repository root, installed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -21,4 +23,7 @@ if [[ "$what" == all || "$what" == optimizers ]]; then
 fi
 if [[ "$what" == all || "$what" == packing ]]; then
   run 240 python benchmarks/packing.py --model random:sd15 --resolution 256 --trials 6 --workers 6 --steps 20
+fi
+if [[ "$what" == lora ]]; then
+  run 150 python benchmarks/lora_memory.py --targets unet,text,none
 fi

@@ -2,8 +2,9 @@
 (unet, text, both, none for plain textual inversion, and freeze:MODE for a freeze mode that trains
 encoder weights, top_layers with one layer) in a process of its own, the process's
 resident peak over what the built model holds, beside the trial's own memory figure (CPU
-accounting: weights, gradients, optimizer state, saved activations) and its time. One step at
-32 px, batch 1, rank 4, two threads.
+accounting: weights, gradients, optimizer state, saved activations; on CUDA the allocator's
+peak, where the resident figure is the host's alone) and its time. One step at 32 px, batch 1,
+rank 4, two threads.
 
     python benchmarks/lora_memory.py [--model random:sd15] [--targets unet,text,both,none,freeze:top_layers]
 
@@ -32,6 +33,7 @@ sys.path.insert(0, sys.argv[1])
 import numpy as np, torch
 from PIL import Image
 torch.set_num_threads(2)
+from objectives import pick_device
 from objectives._textual_inversion import cached_base_model, train
 data = Path(tempfile.mkdtemp())
 for i in range(2):
@@ -42,13 +44,13 @@ if target.startswith("freeze:"):
     params |= {"freeze": target[7:], "unfreeze_layers": 1}
 elif target != "none":
     params |= {"lora_targets": target, "lora_rank": 4}
-cached_base_model(model, "cpu", "fp32")
+cached_base_model(model, pick_device().type, "fp32")  # the model train() uses
 held = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 started = time.perf_counter()
 result = train(params, model=model, data=str(data)).result
 print(json.dumps({"held": held, "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "seconds": time.perf_counter() - started, "accounted": result["peak_mem_mb"],
-                  "val_loss": result["val_loss"]}))
+                  "val_loss": result["val_loss"], "source": result["tags"]["peak_mem_source"]}))
 """
 
 
@@ -61,13 +63,13 @@ def main() -> None:
 
     print(f"# LoRA trial memory  {time.strftime('%Y-%m-%d')}  {platform.platform()}  {os.cpu_count()} CPUs  "
           f"torch {torch.__version__}  {a.model}", flush=True)
-    print("| trial | resident peak over the built model | the trial's own figure (accounting) | trial | val_loss |")
+    print("| trial | resident peak over the built model | the trial's own figure (its source) | trial | val_loss |")
     print("|---|---|---|---|---|")
     for target in a.targets.split(","):
         out = subprocess.run([sys.executable, "-c", CHILD, str(ROOT), a.model, target], capture_output=True,
                              text=True, check=True, env={**os.environ, "OMP_NUM_THREADS": "2"})
         r = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"| {target} | {r['peak'] - r['held']:.0f} MB (model {r['held']:.0f} MB) | {r['accounted']:.0f} MB | "
+        print(f"| {target} | {r['peak'] - r['held']:.0f} MB (model {r['held']:.0f} MB) | {r['accounted']:.0f} MB ({r['source']}) | "
               f"{r['seconds']:.1f} s | {r['val_loss']:.6f} |", flush=True)
 
 
