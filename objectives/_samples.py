@@ -125,10 +125,12 @@ class Samples:
 
 def draw_samples(
     base: Any, text_encoders: Sequence[Any], unet: Any, exports: Mapping[str, bytes],
-    names: Sequence[str], cfg: SampleConfig, device: Any,
+    names: Sequence[str], cfg: SampleConfig, device: Any, autocast: Any = contextlib.nullcontext(),
 ) -> Samples:
-    """Per concept, every prompt x seed, through StableDiffusion(XL)Pipeline. `text_encoders`
-    and `unet` are the trial's (the base's own where it trained none of them); the encoders are
+    """Per concept, every prompt x seed, through StableDiffusion(XL)Pipeline, under the trial's
+    `autocast` (its Denoiser's: in bf16 / fp16 the weights a freeze mode trains are fp32 beside
+    the base's half-precision ones, as in training). `text_encoders` and `unet` are the trial's
+    (the base's own where it trained none of them); the encoders are
     copied, their token embeddings alone with their weights (loading an embedding writes its rows
     there), the rest as structures over the same weights (an SDXL encoder pair is 3.3 GB)."""
     import diffusers
@@ -167,11 +169,7 @@ def draw_samples(
     extra = {"original_size": (size, size), "target_size": (size, size)} if base.is_sdxl else {}
     jobs = [(name, p.replace(PLACEHOLDER, f"<{name}>"), s) for name in names for p in cfg.prompts for s in cfg.seeds]
     images = []
-    # in bf16 / fp16 the pipeline runs under autocast as the trial trained and validated: the
-    # weights a freeze mode trains are fp32 beside the base's half-precision ones
-    half = base.vae.dtype != torch.float32
-    mixed = torch.autocast(torch.device(device).type, dtype=base.vae.dtype) if half else contextlib.nullcontext()
-    with torch.no_grad(), mixed:
+    with torch.no_grad(), autocast:
         for i in range(0, len(jobs), BATCH):  # a few pipeline calls, not one per image
             chunk = jobs[i: i + BATCH]
             images += list(pipe([j[1] for j in chunk],

@@ -438,7 +438,8 @@ def trial_samples(run: TrialRun, artifacts: dict[str, bytes], scfg: SampleConfig
         return {}
     concepts, device = run.concepts, run.device
     drawn_at = time.perf_counter()
-    drawn = draw_samples(run.base, run.parts.encoders, run.parts.unet, artifacts, concepts.names, scfg, device)
+    drawn = draw_samples(run.base, run.parts.encoders, run.parts.unet, artifacts, concepts.names, scfg, device,
+                         autocast=run.model.autocast)
     for name in concepts.names:
         artifacts[f"samples/{name}.png"] = drawn.grid_png(name)
     real = {name: [(im.transpose(1, 2, 0) + 1) / 2 for im, c in concepts.train if c == (ci,)]
